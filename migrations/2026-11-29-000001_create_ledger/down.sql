@@ -1,0 +1,3 @@
+DROP TABLE idempotency_keys;
+DROP TABLE entries;
+DROP TABLE accounts;

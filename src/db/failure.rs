@@ -1,0 +1,202 @@
+//! Classifies a failed statement by its MySQL error code.
+//!
+//! diesel-async keeps only the server's message of an error, not its code, so the
+//! code is asked of the server itself (`GET DIAGNOSTICS`) right after the failure
+//! and before the rollback clears it. It is asked as a plain-text statement: on
+//! MySQL, preparing a statement (as `SHOW ERRORS` through diesel would be) resets
+//! the diagnostics first. The answer is trusted only when its message is the one
+//! diesel reported; when the server cannot answer, the connection is gone.
+
+use std::time::Duration;
+
+use diesel::dsl::sql;
+use diesel::result::Error as DieselError;
+use diesel::sql_types::{BigInt, Nullable, Text};
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection as _};
+
+use super::pool::Conn;
+use crate::error::Error;
+
+/// The MySQL / MariaDB error codes the service acts on.
+mod code {
+    /// `innodb_lock_wait_timeout` passed; InnoDB undid only the statement.
+    pub(super) const LOCK_WAIT_TIMEOUT: u32 = 1205;
+    /// Deadlock, or a Galera certification conflict; the transaction was rolled back.
+    pub(super) const DEADLOCK: u32 = 1213;
+    /// Group Replication's certification failure at COMMIT.
+    pub(super) const PLUGIN_ROLLBACK: u32 = 3101;
+    /// The server is shutting down.
+    pub(super) const SERVER_SHUTDOWN: u32 = 1053;
+    /// A Galera node that is not synced refuses statements.
+    pub(super) const WSREP_NOT_READY: u32 = 1047;
+    /// `KILL QUERY` from an administrator.
+    pub(super) const QUERY_INTERRUPTED: u32 = 1317;
+    /// MariaDB: `KILL` of the connection from an administrator.
+    pub(super) const CONNECTION_KILLED: u32 = 1927;
+    /// MySQL: the server closed an idle connection.
+    pub(super) const CLIENT_INTERACTION_TIMEOUT: u32 = 4031;
+}
+
+/// The statement of a transaction that failed; a lock-wait timeout means different
+/// things on the key's row and on the account's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    SetLockWait,
+    Begin,
+    Probe,
+    ReadKey,
+    LockAccount,
+    Write,
+    Commit,
+    Read,
+}
+
+#[derive(Debug)]
+pub(crate) struct StepError {
+    pub(crate) step: Step,
+    pub(crate) source: DieselError,
+}
+
+pub(crate) trait AtStep<T> {
+    fn at(self, step: Step) -> Result<T, StepError>;
+}
+
+impl<T> AtStep<T> for Result<T, DieselError> {
+    fn at(self, step: Step) -> Result<T, StepError> {
+        self.map_err(|source| StepError { step, source })
+    }
+}
+
+/// Why the body of a transaction stopped: a statement failed (to be classified
+/// while the connection still holds the error), or the outcome is already final.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Db(StepError),
+    Final(Error),
+}
+
+impl From<StepError> for Failure {
+    fn from(e: StepError) -> Self {
+        Self::Db(e)
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Self::Final(e)
+    }
+}
+
+/// How an attempt at a transaction ended, when it did not succeed.
+#[derive(Debug)]
+pub(crate) enum AttemptError {
+    /// Deadlock or certification conflict: the server rolled the transaction back,
+    /// so the whole transaction is retried.
+    Conflict,
+    /// The connection failed. Whatever it was doing did not commit, or committed
+    /// with its key, so retrying is safe: the probe decides.
+    ConnectionLost(String),
+    /// Final for this call.
+    Final(Error),
+}
+
+impl From<Error> for AttemptError {
+    fn from(e: Error) -> Self {
+        Self::Final(e)
+    }
+}
+
+/// Classifies `err`; `lock_wait` is the bound the statement ran under, offered to
+/// the caller as the delay before a retry.
+pub(crate) async fn classify(conn: &mut Conn, err: StepError, lock_wait: Duration) -> AttemptError {
+    let StepError { step, source } = err;
+    let DieselError::DatabaseError(_, info) = &source else {
+        return AttemptError::Final(Error::internal(format!("{step:?}: {source}")));
+    };
+    let reported = info.message().to_owned();
+    match server_code(conn, &reported).await {
+        None => AttemptError::ConnectionLost(format!("{step:?}: {reported}")),
+        Some(code) => by_code(code, step, lock_wait, &reported),
+    }
+}
+
+fn by_code(code: u32, step: Step, lock_wait: Duration, message: &str) -> AttemptError {
+    match code {
+        code::DEADLOCK | code::PLUGIN_ROLLBACK => AttemptError::Conflict,
+        code::LOCK_WAIT_TIMEOUT => AttemptError::Final(match step {
+            Step::Probe | Step::ReadKey => Error::KeyInProgress {
+                retry_after: lock_wait,
+            },
+            _ => Error::AccountBusy {
+                retry_after: lock_wait,
+            },
+        }),
+        code::SERVER_SHUTDOWN
+        | code::WSREP_NOT_READY
+        | code::QUERY_INTERRUPTED
+        | code::CONNECTION_KILLED
+        | code::CLIENT_INTERACTION_TIMEOUT => {
+            AttemptError::ConnectionLost(format!("{step:?}: error {code}: {message}"))
+        }
+        _ => AttemptError::Final(Error::internal(format!(
+            "{step:?}: mysql error {code}: {message}"
+        ))),
+    }
+}
+
+/// The code of the error the server last reported with `message`, or `None` when
+/// the server cannot be asked (the connection is gone) or reported no such error
+/// (the failure happened in the driver).
+async fn server_code(conn: &mut Conn, message: &str) -> Option<u32> {
+    conn.batch_execute(
+        "GET DIAGNOSTICS CONDITION 1 @ledger_errno = MYSQL_ERRNO, @ledger_error = MESSAGE_TEXT",
+    )
+    .await
+    .ok()?;
+    let (code, text): (Option<i64>, Option<String>) = diesel::select((
+        sql::<Nullable<BigInt>>("@ledger_errno"),
+        sql::<Nullable<Text>>("@ledger_error"),
+    ))
+    .get_result(conn)
+    .await
+    .ok()?;
+    if text.as_deref() != Some(message) {
+        return None;
+    }
+    code.and_then(|c| u32::try_from(c).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_wait_timeouts_name_the_row_that_was_waited_on() {
+        let wait = Duration::from_secs(2);
+        assert!(matches!(
+            by_code(1205, Step::Probe, wait, ""),
+            AttemptError::Final(Error::KeyInProgress { .. })
+        ));
+        assert!(matches!(
+            by_code(1205, Step::LockAccount, wait, ""),
+            AttemptError::Final(Error::AccountBusy { .. })
+        ));
+    }
+
+    #[test]
+    fn deadlocks_retry_and_unknown_codes_are_internal() {
+        let wait = Duration::from_secs(1);
+        assert!(matches!(
+            by_code(1213, Step::Commit, wait, ""),
+            AttemptError::Conflict
+        ));
+        assert!(matches!(
+            by_code(1927, Step::Write, wait, ""),
+            AttemptError::ConnectionLost(_)
+        ));
+        assert!(matches!(
+            by_code(1062, Step::Write, wait, ""),
+            AttemptError::Final(Error::Internal(_))
+        ));
+    }
+}

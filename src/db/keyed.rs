@@ -1,0 +1,303 @@
+//! The exactly-once transaction (SPEC 3.2), one per keyed call:
+//!
+//! ```text
+//! SET SESSION innodb_lock_wait_timeout = <bound, lowered to the deadline>
+//! BEGIN
+//! INSERT INTO idempotency_keys ... ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key
+//!   1 row  -> new key:   lock the account, decide, apply, append the entry,
+//!                        store the encoded outcome in the key's row
+//!   0 rows -> duplicate: SELECT the key's row FOR UPDATE, check the fingerprint,
+//!                        replay the stored outcome
+//! COMMIT, unless the caller is gone or its deadline passed (then ROLLBACK)
+//! ```
+//!
+//! A duplicate of an uncommitted original blocks in the probe until the original
+//! ends: after a COMMIT it replays, after a ROLLBACK it does the work itself.
+//! Deadlocks and lost connections retry the whole transaction with jittered
+//! backoff; the probe makes every retry safe.
+
+use std::time::Duration;
+
+use chrono::{NaiveDateTime, SubsecRound, Utc};
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::sql_types::Unsigned;
+use diesel::{QueryResult, mysql::Mysql};
+use diesel_async::{AnsiTransactionManager, RunQueryDsl, TransactionManager};
+
+use super::failure::{AtStep, AttemptError, Failure, Step, classify};
+use super::idempotency::{self, Claim};
+use super::pool::{Conn, Pooled};
+use super::{Persistence, accounts, entries};
+use crate::call::Call;
+use crate::error::Error;
+use crate::ledger::rules;
+use crate::ledger::{
+    Account, Command, Decline, Entry, EntryKind, Fingerprint, KeyedOutcome, Posting, ScopedKey,
+    StoredOutcome,
+};
+
+/// The first retry waits up to this long; each further one up to twice as long.
+const BACKOFF_BASE: Duration = Duration::from_millis(5);
+/// No single retry waits longer: conflicts on a hot row clear within milliseconds.
+const BACKOFF_CAP: Duration = Duration::from_millis(250);
+
+pub(super) async fn run(
+    db: &Persistence,
+    call: &Call,
+    key: &ScopedKey,
+    command: &Command,
+) -> Result<KeyedOutcome, Error> {
+    let fingerprint = Fingerprint::of(command);
+    let max_attempts = db.inner.limits.max_attempts.max(1);
+    let mut attempt = 1;
+    loop {
+        call.ensure_live()?;
+        let last = match run_once(db, call, key, command, &fingerprint).await {
+            Ok(outcome) => return Ok(outcome),
+            Err(AttemptError::Final(e)) => return Err(e),
+            Err(retryable) => retryable,
+        };
+        tracing::debug!(attempt, error = ?last, "transaction attempt failed; retrying");
+        let exhausted = match last {
+            AttemptError::Conflict => Error::Conflict { attempts: attempt },
+            AttemptError::ConnectionLost(reason) => Error::Unavailable { reason },
+            AttemptError::Final(e) => e,
+        };
+        if attempt >= max_attempts || !backoff(attempt, call).await {
+            return Err(exhausted);
+        }
+        attempt += 1;
+    }
+}
+
+/// Sleeps a jittered, exponentially growing delay. Returns false, without
+/// sleeping, when the delay would outlast the caller's deadline.
+async fn backoff(attempt: u32, call: &Call) -> bool {
+    let ceiling = BACKOFF_BASE
+        .saturating_mul(1 << attempt.min(16))
+        .min(BACKOFF_CAP);
+    let delay = ceiling.mul_f64(rand::random::<f64>());
+    if call.remaining().is_some_and(|left| left <= delay) {
+        return false;
+    }
+    tokio::time::sleep(delay).await;
+    true
+}
+
+/// Takes a pooled connection. Waiting counts against the caller's deadline.
+pub(super) async fn checkout<'a>(
+    db: &'a Persistence,
+    call: &Call,
+) -> Result<Pooled<'a>, AttemptError> {
+    let pool = &db.inner.pool;
+    let got = match call.remaining() {
+        Some(left) => tokio::time::timeout(left, pool.get())
+            .await
+            .unwrap_or(Err(bb8::RunError::TimedOut)),
+        None => pool.get().await,
+    };
+    got.map_err(|e| match e {
+        bb8::RunError::User(e) => AttemptError::ConnectionLost(e.to_string()),
+        bb8::RunError::TimedOut => AttemptError::Final(Error::Unavailable {
+            reason: "no pooled connection became free in time".into(),
+        }),
+    })
+}
+
+async fn run_once(
+    db: &Persistence,
+    call: &Call,
+    key: &ScopedKey,
+    command: &Command,
+    fingerprint: &Fingerprint,
+) -> Result<KeyedOutcome, AttemptError> {
+    let mut conn = checkout(db, call).await?;
+    let conn: &mut Conn = &mut conn;
+    let lock_wait = Duration::from_secs(call.lock_wait_secs(db.inner.limits.lock_wait));
+
+    let began = async {
+        SetLockWait(lock_wait.as_secs())
+            .execute(conn)
+            .await
+            .at(Step::SetLockWait)?;
+        AnsiTransactionManager::begin_transaction(conn)
+            .await
+            .at(Step::Begin)
+    }
+    .await;
+    if let Err(e) = began {
+        return Err(classify(conn, e, lock_wait).await);
+    }
+
+    let now = Utc::now().naive_utc().trunc_subsecs(6);
+    let body = body(db, conn, key, command, fingerprint, now).await;
+    let decided = match body {
+        Ok(outcome) => {
+            if !outcome.replayed {
+                before_commit(db, call, key, command).await;
+            }
+            call.begin_commit()
+                .map(|()| outcome)
+                .map_err(Failure::Final)
+        }
+        Err(failure) => Err(failure),
+    };
+    finish(conn, call, decided, lock_wait).await
+}
+
+async fn before_commit(db: &Persistence, call: &Call, key: &ScopedKey, command: &Command) {
+    if let Some(hook) = &db.inner.before_commit {
+        hook(super::BeforeCommitEvent {
+            method: command.method(),
+            key: key.clone(),
+            call: call.clone(),
+        })
+        .await;
+    }
+}
+
+/// Commits a decided outcome, or rolls back after a failure; classifies what the
+/// server reports while the connection still holds the error.
+async fn finish(
+    conn: &mut Conn,
+    call: &Call,
+    decided: Result<KeyedOutcome, Failure>,
+    lock_wait: Duration,
+) -> Result<KeyedOutcome, AttemptError> {
+    let failure = match decided {
+        Ok(outcome) => {
+            let committed = AnsiTransactionManager::commit_transaction(conn)
+                .await
+                .at(Step::Commit);
+            return match committed {
+                Ok(()) => Ok(outcome),
+                Err(e) => {
+                    call.end_commit();
+                    Err(classify(conn, e, lock_wait).await)
+                }
+            };
+        }
+        Err(Failure::Db(e)) => classify(conn, e, lock_wait).await,
+        Err(Failure::Final(e)) => AttemptError::Final(e),
+    };
+    if let Err(e) = AnsiTransactionManager::rollback_transaction(conn).await {
+        // The pool discards a connection whose rollback failed.
+        tracing::warn!(error = %e, "rollback failed");
+    }
+    Err(failure)
+}
+
+/// Everything between BEGIN and COMMIT.
+async fn body(
+    db: &Persistence,
+    conn: &mut Conn,
+    key: &ScopedKey,
+    command: &Command,
+    fingerprint: &Fingerprint,
+    now: NaiveDateTime,
+) -> Result<KeyedOutcome, Failure> {
+    let method = command.method();
+    match idempotency::probe(conn, key, method, fingerprint, now).await? {
+        Claim::New => {
+            let outcome = fresh(db, conn, key, command, now).await?;
+            idempotency::store_outcome(conn, key, &outcome).await?;
+            Ok(KeyedOutcome {
+                outcome,
+                replayed: false,
+            })
+        }
+        Claim::Duplicate => {
+            let row = idempotency::lock_existing(conn, key).await?;
+            if !row.binds(method, fingerprint) {
+                return Err(Error::KeyReused.into());
+            }
+            let outcome = row
+                .into_outcome()
+                .ok_or_else(|| Error::internal("a committed key row has no outcome"))?;
+            Ok(KeyedOutcome {
+                outcome,
+                replayed: true,
+            })
+        }
+    }
+}
+
+/// The work of a new key; returns the encoded outcome to store.
+async fn fresh(
+    db: &Persistence,
+    conn: &mut Conn,
+    key: &ScopedKey,
+    command: &Command,
+    now: NaiveDateTime,
+) -> Result<StoredOutcome, Failure> {
+    let encoder = &db.inner.encoder;
+    match command {
+        Command::OpenAccount { currency } => {
+            let id = accounts::insert(conn, *currency, now).await?;
+            Ok(encoder.account_opened(&Account {
+                id,
+                currency: *currency,
+                balance: 0,
+                created_at: now.and_utc(),
+            }))
+        }
+        Command::Post { kind, posting } => match post(conn, key, *kind, posting, now).await? {
+            Ok(entry) => Ok(encoder.posted(&entry)),
+            Err(decline) => Ok(encoder.declined(&decline)),
+        },
+    }
+}
+
+/// Locks the account, decides, and applies a Credit or Charge.
+async fn post(
+    conn: &mut Conn,
+    key: &ScopedKey,
+    kind: EntryKind,
+    posting: &Posting,
+    now: NaiveDateTime,
+) -> Result<Result<Entry, Decline>, Failure> {
+    let Some(account) = accounts::lock(conn, posting.account_id).await? else {
+        return Ok(Err(Decline::AccountNotFound {
+            account_id: posting.account_id,
+        }));
+    };
+    let balance_after = match rules::apply(account, kind, posting) {
+        Ok(balance) => balance,
+        Err(decline) => return Ok(Err(decline)),
+    };
+    accounts::set_balance(conn, account.id, balance_after).await?;
+    let entry_id = entries::append(conn, key, kind, posting, balance_after, now).await?;
+    Ok(Ok(Entry {
+        id: entry_id,
+        account_id: posting.account_id,
+        kind,
+        amount: posting.amount,
+        currency: posting.currency,
+        balance_after,
+        idempotency_key: key.key.clone(),
+        description: posting.description.clone(),
+        created_at: now.and_utc(),
+    }))
+}
+
+/// `SET SESSION innodb_lock_wait_timeout = ?`, with a static query id so the
+/// prepared statement is cached.
+#[derive(Debug)]
+struct SetLockWait(u64);
+
+impl QueryFragment<Mysql> for SetLockWait {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+        out.push_sql("SET SESSION innodb_lock_wait_timeout = ");
+        out.push_bind_param::<Unsigned<diesel::sql_types::BigInt>, _>(&self.0)?;
+        Ok(())
+    }
+}
+
+impl QueryId for SetLockWait {
+    type QueryId = Self;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl diesel::query_builder::Query for SetLockWait {
+    type SqlType = diesel::sql_types::Untyped;
+}

@@ -1,0 +1,72 @@
+//! Creates the database when it is missing and applies the embedded migrations.
+
+use diesel::migration::MigrationVersion;
+use diesel_async::AsyncMysqlConnection;
+use diesel_async::SimpleAsyncConnection as _;
+use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use mysql_async::{Opts, OptsBuilder};
+
+use super::pool::connect;
+
+const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error("invalid database URL: {0}")]
+    Url(String),
+    #[error("the database URL must name a database, e.g. mysql://root@127.0.0.1:3306/ledger")]
+    NoDatabase,
+    #[error("database name {0:?} must be letters, digits and underscores")]
+    DatabaseName(String),
+    #[error("cannot connect to the database: {0}")]
+    Connect(#[from] diesel::ConnectionError),
+    #[error("cannot create the database: {0}")]
+    Create(diesel::result::Error),
+    #[error("migrations failed: {0}")]
+    Migrations(String),
+}
+
+/// The database a URL names, checked to need no quoting.
+pub fn database_name(url: &str) -> Result<String, MigrateError> {
+    let opts = Opts::from_url(url).map_err(|e| MigrateError::Url(e.to_string()))?;
+    let name = opts.db_name().ok_or(MigrateError::NoDatabase)?.to_owned();
+    let plain = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if name.is_empty() || name.len() > 64 || !plain {
+        return Err(MigrateError::DatabaseName(name));
+    }
+    Ok(name)
+}
+
+/// `CREATE DATABASE IF NOT EXISTS` through a connection that names no database.
+pub async fn ensure_database(url: &str) -> Result<(), MigrateError> {
+    let name = database_name(url)?;
+    let opts = Opts::from_url(url).map_err(|e| MigrateError::Url(e.to_string()))?;
+    let server_only: Opts = OptsBuilder::from_opts(opts).db_name(None::<String>).into();
+    let conn = mysql_async::Conn::new(server_only)
+        .await
+        .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+    let mut conn = AsyncMysqlConnection::try_from(conn).await?;
+    conn.batch_execute(&format!(
+        "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+    ))
+    .await
+    .map_err(MigrateError::Create)
+}
+
+/// Applies pending migrations; returns the versions applied.
+///
+/// diesel's migration harness is synchronous; the wrapper drives the async
+/// connection from a blocking thread, which needs the multi-thread runtime.
+pub async fn run_migrations(url: &str) -> Result<Vec<String>, MigrateError> {
+    let conn = connect(url).await?;
+    let mut wrapper: AsyncConnectionWrapper<AsyncMysqlConnection> = conn.into();
+    tokio::task::spawn_blocking(move || {
+        wrapper
+            .run_pending_migrations(MIGRATIONS)
+            .map(|versions| versions.iter().map(MigrationVersion::to_string).collect())
+            .map_err(|e| MigrateError::Migrations(e.to_string()))
+    })
+    .await
+    .map_err(|e| MigrateError::Migrations(e.to_string()))?
+}

@@ -1,0 +1,139 @@
+//! All SQL lives here. [`Persistence`] owns the pool; each public method is one
+//! named operation.
+//!
+//! - `pool`: connections without `CLIENT_FOUND_ROWS`, and the bb8 pool.
+//! - `self_check`: the startup check that the probe reports 1 then 0.
+//! - `migrate`: database creation and the embedded migrations.
+//! - `keyed`: the exactly-once transaction of SPEC 3.2, with its retries.
+//! - `failure`: classification of failed statements by MySQL error code.
+//! - `idempotency`, `accounts`, `entries`: one file per table.
+
+mod accounts;
+mod entries;
+mod failure;
+mod idempotency;
+mod keyed;
+pub mod migrate;
+pub mod pool;
+mod schema;
+pub mod self_check;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::call::Call;
+use crate::error::Error;
+use crate::ledger::{Account, AccountId, Command, KeyedOutcome, Method, OutcomeEncoder, ScopedKey};
+use failure::{AttemptError, Failure, classify};
+pub use pool::{Pool, PoolSettings};
+
+/// Bounds on waiting and retrying. Every wait in a transaction is bounded by one of
+/// these or by the caller's deadline, whichever is shorter.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The longest a transaction waits for a row lock (`innodb_lock_wait_timeout`).
+    pub lock_wait: Duration,
+    /// Attempts per call, across deadlocks and lost connections. Sized for
+    /// multi-primary clusters, where a hot row written through several nodes
+    /// conflicts at COMMIT often (SPEC 3.2.7).
+    pub max_attempts: u32,
+}
+
+/// Called inside each new-key transaction after its outcome is stored and before
+/// COMMIT is decided. A fault-injection point: tests and the chaos suite use it to
+/// hold a transaction open at the point where a race matters. Unset in production.
+pub type BeforeCommit = Arc<dyn Fn(BeforeCommitEvent) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// What [`BeforeCommit`] is told about the transaction it holds.
+#[derive(Debug, Clone)]
+pub struct BeforeCommitEvent {
+    pub method: Method,
+    pub key: ScopedKey,
+    /// The call being served, to wait for its abandonment.
+    pub call: Call,
+}
+
+/// The ledger's storage: the pool and the named operations on it.
+#[derive(Clone)]
+pub struct Persistence {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    limits: Limits,
+    /// Encodes outcomes for the key rows; provided by the wire layer.
+    encoder: Arc<dyn OutcomeEncoder>,
+    before_commit: Option<BeforeCommit>,
+}
+
+impl std::fmt::Debug for Persistence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Persistence")
+            .field("pool", &self.inner.pool.state())
+            .field("limits", &self.inner.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Persistence {
+    pub fn new(
+        pool: Pool,
+        limits: Limits,
+        encoder: Arc<dyn OutcomeEncoder>,
+        before_commit: Option<BeforeCommit>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                pool,
+                limits,
+                encoder,
+                before_commit,
+            }),
+        }
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// Runs a keyed command exactly once (SPEC 3.2). The work runs in its own task,
+    /// so it completes (commits or rolls back) even when the caller goes away and
+    /// this future is dropped; no half-finished transaction returns to the pool.
+    pub async fn execute(
+        &self,
+        call: &Call,
+        key: ScopedKey,
+        command: Command,
+    ) -> Result<KeyedOutcome, Error> {
+        let this = self.clone();
+        let call = call.clone();
+        tokio::spawn(async move { keyed::run(&this, &call, &key, &command).await })
+            .await
+            .map_err(|e| Error::internal(format!("transaction task failed: {e}")))?
+    }
+
+    /// Reads an account (a plain read, outside any transaction).
+    pub async fn get_account(&self, call: &Call, id: AccountId) -> Result<Account, Error> {
+        let mut conn = keyed::checkout(self, call).await.map_err(final_error)?;
+        match accounts::find(&mut conn, id).await {
+            Ok(Some(account)) => Ok(account),
+            Ok(None) => Err(Error::AccountNotFound(id.get())),
+            Err(Failure::Final(e)) => Err(e),
+            Err(Failure::Db(e)) => Err(final_error(
+                classify(&mut conn, e, self.inner.limits.lock_wait).await,
+            )),
+        }
+    }
+}
+
+/// The caller's view of an attempt that will not be retried.
+fn final_error(e: AttemptError) -> Error {
+    match e {
+        AttemptError::Final(e) => e,
+        AttemptError::Conflict => Error::Conflict { attempts: 1 },
+        AttemptError::ConnectionLost(reason) => Error::Unavailable { reason },
+    }
+}

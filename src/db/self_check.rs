@@ -1,0 +1,41 @@
+//! The startup self-check (SPEC 3.3): the service refuses to serve unless a live
+//! connection reports affected rows the way the probe relies on, 1 for a new key and
+//! 0 for a duplicate. It runs in a temporary table, so it leaves no trace in the
+//! ledger's tables.
+
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+
+use super::pool::Conn;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SelfCheckError {
+    #[error(
+        "the database connection reports {new} then {duplicate} affected rows for a new and \
+         a duplicate key (expected 1 then 0); is CLIENT_FOUND_ROWS on, or is a proxy \
+         rewriting affected rows? Serving would charge retries twice"
+    )]
+    AffectedRows { new: usize, duplicate: usize },
+    #[error("the self-check could not run: {0}")]
+    Query(#[from] diesel::result::Error),
+}
+
+pub async fn verify_affected_rows(conn: &mut Conn) -> Result<(), SelfCheckError> {
+    conn.batch_execute(
+        "DROP TEMPORARY TABLE IF EXISTS ledger_self_check; \
+         CREATE TEMPORARY TABLE ledger_self_check (k TINYINT PRIMARY KEY, v TINYINT NOT NULL)",
+    )
+    .await?;
+    let probe = || {
+        diesel::sql_query(
+            "INSERT INTO ledger_self_check (k, v) VALUES (1, 0) ON DUPLICATE KEY UPDATE v = v",
+        )
+    };
+    let new = probe().execute(conn).await;
+    let duplicate = probe().execute(conn).await;
+    conn.batch_execute("DROP TEMPORARY TABLE ledger_self_check")
+        .await?;
+    match (new?, duplicate?) {
+        (1, 0) => Ok(()),
+        (new, duplicate) => Err(SelfCheckError::AffectedRows { new, duplicate }),
+    }
+}

@@ -1,0 +1,71 @@
+//! The caller's deadline, from the `grpc-timeout` request header.
+//!
+//! tonic itself answers CANCELLED the instant a `grpc-timeout` expires, so the
+//! service aims its own deadline slightly earlier and answers DEADLINE_EXCEEDED,
+//! the code the contract promises, first.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::call::Call;
+
+/// How much earlier than the caller's deadline the service gives up, to answer
+/// before tonic's own timeout fires.
+const ANSWER_MARGIN: Duration = Duration::from_millis(10);
+
+/// gRPC allows at most 8 digits of timeout value.
+const MAX_DIGITS: usize = 8;
+
+pub(super) fn call_for<T>(request: &tonic::Request<T>) -> Call {
+    let timeout = request
+        .metadata()
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_grpc_timeout);
+    Call::new(timeout.map(|t| Instant::now() + t.saturating_sub(ANSWER_MARGIN)))
+}
+
+/// Parses `TimeoutValue TimeoutUnit` as the gRPC HTTP/2 protocol defines it.
+fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    let split = value.len().checked_sub(1)?;
+    let (digits, unit) = (value.get(..split)?, value.get(split..)?);
+    if digits.is_empty() || digits.len() > MAX_DIGITS {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_unit() {
+        assert_eq!(parse_grpc_timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_grpc_timeout("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(parse_grpc_timeout("1S"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(
+            parse_grpc_timeout("99999999u"),
+            Some(Duration::from_micros(99_999_999))
+        );
+        assert_eq!(parse_grpc_timeout("7n"), Some(Duration::from_nanos(7)));
+    }
+
+    #[test]
+    fn rejects_malformed_values() {
+        for bad in ["", "S", "10", "123456789S", "1x", "-1S", "1.5S", "é"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+}

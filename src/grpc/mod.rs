@@ -1,0 +1,18 @@
+//! The tonic service: decode a request into domain values, run it, encode the
+//! answer.
+//!
+//! - `service`: the `ledger.v1.Ledger` implementation.
+//! - `request`: protobuf request -> validated domain command.
+//! - `outcome`: domain outcome <-> the bytes stored under a key and replayed.
+//! - `status`: the one mapping from [`crate::error::Error`] to `tonic::Status`.
+//! - `deadline`: the caller's deadline from the `grpc-timeout` header.
+
+mod deadline;
+mod outcome;
+mod request;
+mod service;
+mod status;
+
+pub use outcome::ProtoEncoder;
+pub use service::LedgerService;
+pub use status::{DOMAIN, REPLAYED_HEADER};
