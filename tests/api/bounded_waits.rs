@@ -1,0 +1,129 @@
+//! Every wait is bounded: by the configured lock wait, and by the caller's deadline.
+//! A call that gives up leaves no trace, so a retry with the same key does the work.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable as _;
+use tonic::Code;
+use tonic_types::StatusExt as _;
+
+use crate::helpers::{Config, Gate, TestApp, TestDb, charge, replayed};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_duplicate_parked_past_the_lock_wait_is_told_to_retry() {
+    let db = TestDb::new();
+    let gate = Gate::new("slow");
+    let config = Config {
+        lock_wait: Duration::from_secs(1),
+        gate: Some(gate.clone()),
+        ..Config::default()
+    };
+    let app = TestApp::spawn_with(&db, config).await;
+    let account = app.funded_account("USD", 100).await;
+
+    let mut client = app.client().await;
+    let original = tokio::spawn(async move { client.charge(charge("slow", account, 10)).await });
+    gate.reached().await;
+
+    let status = app
+        .client()
+        .await
+        .charge(charge("slow", account, 10))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Aborted);
+    assert_eq!(
+        status.get_details_error_info().unwrap().reason,
+        "IDEMPOTENCY_KEY_IN_PROGRESS"
+    );
+    assert!(status.get_details_retry_info().is_some());
+
+    gate.release();
+    let original = original.await.unwrap().unwrap();
+    assert!(!replayed(original.metadata()));
+    let retry = app
+        .client()
+        .await
+        .charge(charge("slow", account, 10))
+        .await
+        .unwrap();
+    assert!(replayed(retry.metadata()));
+    assert_eq!(db.balance(account).await, 90);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_charge_on_a_locked_account_is_told_to_retry_and_leaves_no_trace() {
+    let db = TestDb::new();
+    let config = Config {
+        lock_wait: Duration::from_secs(1),
+        ..Config::default()
+    };
+    let app = TestApp::spawn_with(&db, config).await;
+    let account = app.funded_account("USD", 100).await;
+
+    let mut holder = db.sql().await;
+    holder.query_drop("BEGIN").await.unwrap();
+    holder
+        .exec_drop(
+            "SELECT balance FROM accounts WHERE account_id = ? FOR UPDATE",
+            (account,),
+        )
+        .await
+        .unwrap();
+
+    let status = app
+        .client()
+        .await
+        .charge(charge("busy", account, 10))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Aborted);
+    assert_eq!(
+        status.get_details_error_info().unwrap().reason,
+        "ACCOUNT_BUSY"
+    );
+    assert_eq!(db.key_rows("busy").await, 0, "the rollback freed the key");
+
+    holder.query_drop("ROLLBACK").await.unwrap();
+    let retry = app
+        .client()
+        .await
+        .charge(charge("busy", account, 10))
+        .await
+        .unwrap();
+    assert!(!replayed(retry.metadata()), "the retry does the work");
+    assert_eq!(db.balance(account).await, 90);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_callers_deadline_bounds_the_wait_and_nothing_is_recorded() {
+    let db = TestDb::new();
+    let gate = Gate::new("held");
+    let config = Config {
+        lock_wait: Duration::from_secs(30),
+        gate: Some(gate.clone()),
+        ..Config::default()
+    };
+    let app = TestApp::spawn_with(&db, config).await;
+    let account = app.funded_account("USD", 100).await;
+
+    let mut client = app.client().await;
+    let original = tokio::spawn(async move { client.charge(charge("held", account, 10)).await });
+    gate.reached().await;
+
+    let mut request = tonic::Request::new(charge("held", account, 10));
+    request.set_timeout(Duration::from_secs(1));
+    let started = tokio::time::Instant::now();
+    let status = app.client().await.charge(request).await.unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        waited < Duration::from_secs(3),
+        "answered after {waited:?}, not the 30 s lock wait"
+    );
+
+    gate.release();
+    original.await.unwrap().unwrap();
+    assert_eq!(db.entries_for_key("held").await, 1);
+    assert_eq!(db.balance(account).await, 90);
+}

@@ -1,0 +1,192 @@
+//! The seed scenarios and the keys' byte-exact identity.
+
+use ledger::proto::pb;
+use tokio::time::Duration;
+
+use crate::helpers::{Config, Gate, TestApp, TestDb, charge, raw_call, replayed};
+
+/// Seed scenario 1 (a retry through another instance replays), then seed scenario
+/// 2 (a duplicate racing an uncommitted original waits for it, then replays).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_scenarios() {
+    let db = TestDb::new();
+    let gate = Gate::new("req-99");
+    let a = TestApp::spawn_with(
+        &db,
+        Config {
+            gate: Some(gate.clone()),
+            ..Config::default()
+        },
+    )
+    .await;
+    let b = TestApp::spawn(&db).await;
+    let account = a.funded_account("USD", 100).await;
+
+    // Scenario 1.
+    let (first_md, first) = raw_call(a.channel().await, "Charge", charge("req-42", account, 30))
+        .await
+        .unwrap();
+    assert!(!replayed(&first_md));
+    assert_eq!(db.balance(account).await, 70);
+    let (retry_md, retry) = raw_call(b.channel().await, "Charge", charge("req-42", account, 30))
+        .await
+        .unwrap();
+    assert!(replayed(&retry_md), "the retry is marked as a replay");
+    assert_eq!(retry, first, "the replay is byte-identical");
+    assert_eq!(
+        first.as_ref(),
+        db.stored_outcome("req-42").await,
+        "the wire carries the stored bytes"
+    );
+    assert_eq!(db.balance(account).await, 70);
+    assert_eq!(db.entries_for_key("req-42").await, 1);
+
+    // Scenario 2: the original is held after its probe and debit.
+    let original = tokio::spawn(raw_call(
+        a.channel().await,
+        "Charge",
+        charge("req-99", account, 25),
+    ));
+    gate.reached().await;
+    let mut duplicate = tokio::spawn(raw_call(
+        b.channel().await,
+        "Charge",
+        charge("req-99", account, 25),
+    ));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut duplicate)
+            .await
+            .is_err(),
+        "the duplicate waits for the original"
+    );
+    assert_eq!(
+        db.parked_probes().await,
+        1,
+        "the duplicate is parked on the key's row lock"
+    );
+    gate.release();
+
+    let (original_md, original) = original.await.unwrap().unwrap();
+    let (duplicate_md, duplicate) = duplicate.await.unwrap().unwrap();
+    assert!(!replayed(&original_md));
+    assert!(replayed(&duplicate_md));
+    assert_eq!(duplicate, original);
+    assert_eq!(db.balance(account).await, 45);
+    assert_eq!(db.entries_for_key("req-99").await, 1);
+}
+
+/// Seed scenario 2 with the original rolled back: the waiting duplicate does the
+/// work itself, and exactly one debit exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_duplicate_of_a_rolled_back_original_does_the_work() {
+    let db = TestDb::new();
+    let gate = Gate::new("req-99");
+    let a = TestApp::spawn_with(
+        &db,
+        Config {
+            gate: Some(gate.clone()),
+            ..Config::default()
+        },
+    )
+    .await;
+    let b = TestApp::spawn(&db).await;
+    let account = a.funded_account("USD", 70).await;
+
+    let original = tokio::spawn(raw_call(
+        a.channel().await,
+        "Charge",
+        charge("req-99", account, 25),
+    ));
+    gate.reached().await;
+    let mut duplicate = tokio::spawn(raw_call(
+        b.channel().await,
+        "Charge",
+        charge("req-99", account, 25),
+    ));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut duplicate)
+            .await
+            .is_err()
+    );
+
+    // The original's caller goes away: its transaction rolls back instead of committing.
+    original.abort();
+    let (md, reply) = duplicate.await.unwrap().unwrap();
+    assert!(!replayed(&md), "the duplicate did the work itself");
+    let entry = <pb::ChargeReply as prost::Message>::decode(reply)
+        .unwrap()
+        .entry
+        .unwrap();
+    assert_eq!(entry.balance_after, 45);
+    assert_eq!(db.balance(account).await, 45);
+    assert_eq!(db.entries_for_key("req-99").await, 1);
+    assert_eq!(
+        db.open_transactions().await,
+        0,
+        "no transaction is left open"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_are_compared_byte_for_byte() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let account = app.funded_account("USD", 100).await;
+    let mut client = app.client().await;
+
+    client.charge(charge("k1", account, 10)).await.unwrap();
+    let upper = client.charge(charge("K1", account, 10)).await.unwrap();
+    assert!(!replayed(upper.metadata()), "K1 is not k1");
+    assert_eq!(db.balance(account).await, 80);
+
+    let long = "x".repeat(255);
+    let first = client.charge(charge(&long, account, 5)).await.unwrap();
+    let again = client.charge(charge(&long, account, 5)).await.unwrap();
+    assert!(replayed(again.metadata()));
+    assert_eq!(first.into_inner(), again.into_inner());
+    assert_eq!(db.balance(account).await, 75);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_keyed_method_replays() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let mut client = app.client().await;
+
+    let open = pb::OpenAccountRequest {
+        idempotency_key: "open-eur".into(),
+        currency: "EUR".into(),
+    };
+    let opened = client.open_account(open.clone()).await.unwrap();
+    let reopened = client.open_account(open).await.unwrap();
+    assert!(replayed(reopened.metadata()));
+    let account = opened.into_inner().account.unwrap();
+    assert_eq!(reopened.into_inner().account.unwrap(), account);
+    assert_eq!(db.count("SELECT COUNT(*) FROM accounts").await, 1);
+
+    let credit = pb::CreditRequest {
+        idempotency_key: "credit-1".into(),
+        account_id: account.account_id,
+        amount: 500,
+        currency: "EUR".into(),
+        description: "refund #7 ✓".into(),
+    };
+    let credited = client.credit(credit.clone()).await.unwrap().into_inner();
+    let again = client.credit(credit).await.unwrap();
+    assert!(replayed(again.metadata()));
+    assert_eq!(again.into_inner(), credited);
+    let entry = credited.entry.unwrap();
+    assert_eq!(entry.kind(), pb::EntryKind::Credit);
+    assert_eq!(entry.description, "refund #7 ✓");
+    assert_eq!(entry.balance_after, 500);
+
+    let read = client
+        .get_account(pb::GetAccountRequest {
+            account_id: account.account_id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(read.balance, 500);
+    assert_eq!(read.created_at, account.created_at);
+}

@@ -1,0 +1,460 @@
+//! Test harness: a fresh database per test, service instances on random ports, a
+//! gate that holds a transaction open before COMMIT, and direct SQL for asserting
+//! on what was stored.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::{Buf as _, BufMut as _, Bytes};
+use futures::FutureExt as _;
+use ledger::app::{Application, Settings};
+use ledger::db::{BeforeCommit, BeforeCommitEvent, Limits, PoolSettings};
+use ledger::proto::pb;
+use ledger::proto::pb::ledger_client::LedgerClient;
+use mysql_async::prelude::Queryable as _;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::transport::Channel;
+
+/// The MySQL server the tests run against, without a database name.
+pub fn server_url() -> String {
+    std::env::var("LEDGER_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned())
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// A database of its own for one test, dropped when the test ends (also when it
+/// fails).
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub fn new() -> Self {
+        let name = format!("ledger_test_{:016x}", rand::random::<u64>());
+        let url = format!("{}/{name}", server_url());
+        Self { name, url }
+    }
+
+    /// A plain connection for assertions (not the service's pool).
+    pub async fn sql(&self) -> mysql_async::Conn {
+        mysql_async::Conn::from_url(&self.url)
+            .await
+            .expect("test SQL connection")
+    }
+
+    pub async fn balance(&self, account_id: u64) -> i64 {
+        self.sql()
+            .await
+            .exec_first(
+                "SELECT balance FROM accounts WHERE account_id = ?",
+                (account_id,),
+            )
+            .await
+            .unwrap()
+            .expect("account exists")
+    }
+
+    pub async fn count(&self, query: &str) -> u64 {
+        self.sql()
+            .await
+            .query_first(query)
+            .await
+            .unwrap()
+            .unwrap_or(0)
+    }
+
+    pub async fn entries_for_key(&self, key: &str) -> u64 {
+        self.sql()
+            .await
+            .exec_first(
+                "SELECT COUNT(*) FROM entries WHERE idempotency_key = ?",
+                (key.as_bytes(),),
+            )
+            .await
+            .unwrap()
+            .unwrap_or(0)
+    }
+
+    pub async fn key_rows(&self, key: &str) -> u64 {
+        self.sql()
+            .await
+            .exec_first(
+                "SELECT COUNT(*) FROM idempotency_keys WHERE idempotency_key = ?",
+                (key.as_bytes(),),
+            )
+            .await
+            .unwrap()
+            .unwrap_or(0)
+    }
+
+    /// The outcome bytes stored under a key.
+    pub async fn stored_outcome(&self, key: &str) -> Vec<u8> {
+        self.sql()
+            .await
+            .exec_first(
+                "SELECT outcome FROM idempotency_keys WHERE idempotency_key = ?",
+                (key.as_bytes(),),
+            )
+            .await
+            .unwrap()
+            .expect("key row")
+    }
+
+    /// Transactions open on this test's database. MySQL's INNODB_TRX cannot be
+    /// read while a statement with binary parameters runs (it fails to convert the
+    /// statement text), so there the transactions holding locks on this
+    /// database's tables are counted: every transaction of the service takes one.
+    pub async fn open_transactions(&self) -> u64 {
+        let mut conn = self.sql().await;
+        let query = if is_mariadb(&mut conn).await {
+            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id IN \
+             (SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE())"
+        } else {
+            "SELECT COUNT(DISTINCT ENGINE_TRANSACTION_ID) FROM performance_schema.data_locks \
+             WHERE OBJECT_SCHEMA = DATABASE()"
+        };
+        conn.query_first(query).await.unwrap().unwrap_or(0)
+    }
+
+    /// Probes on this test's database waiting for a key row's lock. MySQL lists
+    /// every waiting lock in `performance_schema.data_locks`; MariaDB has no such
+    /// table and its INNODB_TRX does not list every waiting transaction, so there a
+    /// probe counts as parked while it is still executing: with the original held
+    /// at the gate it can only be waiting for the original's row.
+    async fn parked_probes_on(conn: &mut mysql_async::Conn) -> u64 {
+        let query = if is_mariadb(conn).await {
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE DB = DATABASE() AND INFO LIKE 'INSERT INTO idempotency_keys%'"
+        } else {
+            "SELECT COUNT(*) FROM performance_schema.data_locks \
+             WHERE OBJECT_SCHEMA = DATABASE() AND OBJECT_NAME = 'idempotency_keys' \
+             AND LOCK_STATUS = 'WAITING'"
+        };
+        conn.query_first(query).await.unwrap().unwrap_or(0)
+    }
+
+    pub async fn parked_probes(&self) -> u64 {
+        Self::parked_probes_on(&mut self.sql().await).await
+    }
+
+    /// Polls until `n` probes are parked; fails after 30 s.
+    pub async fn until_parked(&self, n: u64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let mut conn = self.sql().await;
+        loop {
+            let parked = Self::parked_probes_on(&mut conn).await;
+            if parked >= n {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "only {parked} of {n} probes reached the lock wait"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let url = server_url();
+        let name = self.name.clone();
+        // Drop runs outside any runtime's async context, possibly while unwinding.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                let Ok(mut conn) = mysql_async::Conn::from_url(&url).await else {
+                    return;
+                };
+                // A failed test can leave a transaction open (a gate never
+                // released); end its connections so the drop cannot wait on it.
+                let query = if is_mariadb(&mut conn).await {
+                    "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?"
+                } else {
+                    "SELECT PROCESSLIST_ID FROM performance_schema.threads \
+                     WHERE PROCESSLIST_DB = ? AND PROCESSLIST_ID IS NOT NULL"
+                };
+                let ids: Vec<u64> = conn.exec(query, (&name,)).await.unwrap_or_default();
+                for id in ids {
+                    let _ = conn.query_drop(format!("KILL {id}")).await;
+                }
+                let _ = conn.query_drop("SET SESSION lock_wait_timeout = 10").await;
+                let _ = conn
+                    .query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
+                    .await;
+                let _ = conn.disconnect().await;
+            });
+        })
+        .join();
+    }
+}
+
+async fn is_mariadb(conn: &mut mysql_async::Conn) -> bool {
+    let version: String = conn.query_first("SELECT VERSION()").await.unwrap().unwrap();
+    version.contains("MariaDB")
+}
+
+/// Per-instance knobs a test may change.
+#[derive(Clone)]
+pub struct Config {
+    pub pool_size: u32,
+    pub lock_wait: Duration,
+    pub pool_timeout: Duration,
+    pub max_attempts: u32,
+    pub gate: Option<Gate>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            pool_size: 8,
+            lock_wait: Duration::from_secs(10),
+            pool_timeout: Duration::from_secs(10),
+            max_attempts: 10,
+            gate: None,
+        }
+    }
+}
+
+/// Service logs for a test run with `RUST_LOG` set (and `--nocapture`).
+fn init_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if std::env::var_os("RUST_LOG").is_some() {
+        ONCE.call_once(|| {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        });
+    }
+}
+
+/// A running service instance on a random port.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    stop: CancellationToken,
+}
+
+impl TestApp {
+    pub async fn spawn(db: &TestDb) -> Self {
+        Self::spawn_with(db, Config::default()).await
+    }
+
+    pub async fn spawn_with(db: &TestDb, config: Config) -> Self {
+        init_logs();
+        let settings = Settings {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            database_url: db.url.clone(),
+            pool: PoolSettings {
+                size: config.pool_size,
+                checkout_timeout: config.pool_timeout,
+            },
+            limits: Limits {
+                lock_wait: config.lock_wait,
+                max_attempts: config.max_attempts,
+            },
+        };
+        let hook = config.gate.map(Gate::hook);
+        let app = Application::build(&settings, hook)
+            .await
+            .expect("app builds");
+        let addr = app.local_addr();
+        let stop = CancellationToken::new();
+        tokio::spawn(app.run_until(stop.clone().cancelled_owned()));
+        Self { addr, stop }
+    }
+
+    pub async fn client(&self) -> LedgerClient<Channel> {
+        LedgerClient::new(self.channel().await)
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connects")
+    }
+
+    /// Opens an account and credits it, returning its id.
+    pub async fn funded_account(&self, currency: &str, balance: i64) -> u64 {
+        let mut client = self.client().await;
+        let tag = rand::random::<u64>();
+        let account = client
+            .open_account(pb::OpenAccountRequest {
+                idempotency_key: format!("open-{tag:x}"),
+                currency: currency.into(),
+            })
+            .await
+            .expect("open account")
+            .into_inner()
+            .account
+            .expect("account");
+        if balance > 0 {
+            client
+                .credit(pb::CreditRequest {
+                    idempotency_key: format!("fund-{tag:x}"),
+                    account_id: account.account_id,
+                    amount: balance,
+                    currency: currency.into(),
+                    description: "funding".into(),
+                })
+                .await
+                .expect("credit");
+        }
+        account.account_id
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+pub fn charge(key: &str, account_id: u64, amount: i64) -> pb::ChargeRequest {
+    pb::ChargeRequest {
+        idempotency_key: key.into(),
+        account_id,
+        amount,
+        currency: "USD".into(),
+        description: String::new(),
+    }
+}
+
+/// Whether a response or status carries `idempotent-replayed: true`.
+pub fn replayed(metadata: &tonic::metadata::MetadataMap) -> bool {
+    metadata
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true")
+}
+
+/// A unary call whose reply comes back as the raw bytes on the wire, to compare
+/// replies byte for byte.
+pub async fn raw_call(
+    channel: Channel,
+    method: &'static str,
+    request: impl prost::Message,
+) -> Result<(tonic::metadata::MetadataMap, Bytes), tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let path = format!("/ledger.v1.Ledger/{method}").parse().unwrap();
+    let response = grpc
+        .unary(
+            tonic::Request::new(Bytes::from(request.encode_to_vec())),
+            path,
+            RawCodec,
+        )
+        .await?;
+    let (metadata, body, _) = response.into_parts();
+    Ok((metadata, body))
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// Holds the first new-key transaction for `key` open before COMMIT until
+/// released, or until its call is abandoned. Later transactions pass straight
+/// through.
+#[derive(Clone)]
+pub struct Gate {
+    inner: Arc<GateInner>,
+}
+
+struct GateInner {
+    key: String,
+    armed: AtomicBool,
+    reached: watch::Sender<bool>,
+    released: watch::Sender<bool>,
+}
+
+impl Gate {
+    pub fn new(key: &str) -> Self {
+        Self {
+            inner: Arc::new(GateInner {
+                key: key.to_owned(),
+                armed: AtomicBool::new(true),
+                reached: watch::channel(false).0,
+                released: watch::channel(false).0,
+            }),
+        }
+    }
+
+    /// Waits until the held transaction is at the gate (past its probe and work).
+    pub async fn reached(&self) {
+        let mut rx = self.inner.reached.subscribe();
+        tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|r| *r))
+            .await
+            .expect("a transaction reaches the gate")
+            .unwrap();
+    }
+
+    pub fn release(&self) {
+        self.inner.released.send_replace(true);
+    }
+
+    fn hook(self) -> BeforeCommit {
+        Arc::new(move |event: BeforeCommitEvent| {
+            let gate = self.clone();
+            async move {
+                if event.key.key.as_str() != gate.inner.key
+                    || !gate.inner.armed.swap(false, Ordering::SeqCst)
+                {
+                    return;
+                }
+                gate.inner.reached.send_replace(true);
+                let mut released = gate.inner.released.subscribe();
+                tokio::select! {
+                    _ = released.wait_for(|r| *r) => {}
+                    () = event.call.abandoned() => {}
+                }
+            }
+            .boxed()
+        })
+    }
+}

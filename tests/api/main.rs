@@ -1,0 +1,20 @@
+//! Integration tests against a real MySQL or MariaDB (`LEDGER_TEST_DATABASE_URL`,
+//! default `mysql://root@127.0.0.1:3306`). Each test gets its own database and its
+//! own service instances on random ports.
+
+#![allow(unreachable_pub, missing_debug_implementations)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod helpers;
+
+mod bounded_waits;
+mod declines;
+mod driver_trap;
+mod exactly_once;
+mod races;
+mod validation;
