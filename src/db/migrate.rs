@@ -1,15 +1,23 @@
 //! Creates the database when it is missing and applies the embedded migrations.
 
+use diesel::dsl::sql;
 use diesel::migration::MigrationVersion;
+use diesel::sql_types::{Integer, Nullable};
 use diesel_async::AsyncMysqlConnection;
-use diesel_async::SimpleAsyncConnection as _;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use mysql_async::{Opts, OptsBuilder};
 
 use super::pool::connect;
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// The named lock (`GET_LOCK`) that serializes instances migrating at once.
+const MIGRATION_LOCK: &str = "ledger.migrations";
+/// How long an instance waits for another one's migrations: they are DDL on small
+/// tables, seconds at most.
+const MIGRATION_LOCK_WAIT_SECS: u32 = 120;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
@@ -56,10 +64,23 @@ pub async fn ensure_database(url: &str) -> Result<(), MigrateError> {
 
 /// Applies pending migrations; returns the versions applied.
 ///
+/// Instances starting together take turns: a named lock, held by the migrating
+/// session until it closes, serializes them, and the later ones find nothing to do.
 /// diesel's migration harness is synchronous; the wrapper drives the async
 /// connection from a blocking thread, which needs the multi-thread runtime.
 pub async fn run_migrations(url: &str) -> Result<Vec<String>, MigrateError> {
-    let conn = connect(url).await?;
+    let mut conn = connect(url).await?;
+    let locked: Option<i32> = diesel::select(sql::<Nullable<Integer>>(&format!(
+        "GET_LOCK('{MIGRATION_LOCK}', {MIGRATION_LOCK_WAIT_SECS})"
+    )))
+    .get_result(&mut conn)
+    .await
+    .map_err(|e| MigrateError::Migrations(e.to_string()))?;
+    if locked != Some(1) {
+        return Err(MigrateError::Migrations(format!(
+            "another instance held the migration lock for {MIGRATION_LOCK_WAIT_SECS} s"
+        )));
+    }
     let mut wrapper: AsyncConnectionWrapper<AsyncMysqlConnection> = conn.into();
     tokio::task::spawn_blocking(move || {
         wrapper

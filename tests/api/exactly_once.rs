@@ -190,3 +190,24 @@ async fn every_keyed_method_replays() {
     assert_eq!(read.balance, 500);
     assert_eq!(read.created_at, account.created_at);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn instances_starting_together_migrate_once() {
+    let db = TestDb::new();
+    let (a, b) = tokio::join!(TestApp::spawn(&db), TestApp::spawn(&db));
+    let account = a.funded_account("USD", 10).await;
+    let read = b
+        .client()
+        .await
+        .get_account(pb::GetAccountRequest {
+            account_id: account,
+        })
+        .await
+        .unwrap();
+    assert_eq!(read.into_inner().balance, 10);
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM __diesel_schema_migrations")
+            .await,
+        1
+    );
+}
