@@ -26,7 +26,7 @@ use diesel_async::{AnsiTransactionManager, RunQueryDsl, TransactionManager};
 
 use super::failure::{AtStep, AttemptError, Failure, Step, classify};
 use super::idempotency::{self, Claim};
-use super::pool::{Conn, Pooled};
+use super::pool::{CheckoutError, Conn, Pooled};
 use super::{Persistence, accounts, entries};
 use crate::call::Call;
 use crate::error::Error;
@@ -89,19 +89,16 @@ pub(super) async fn checkout<'a>(
     db: &'a Persistence,
     call: &Call,
 ) -> Result<Pooled<'a>, AttemptError> {
-    let pool = &db.inner.pool;
-    let got = match call.remaining() {
-        Some(left) => tokio::time::timeout(left, pool.get())
-            .await
-            .unwrap_or(Err(bb8::RunError::TimedOut)),
-        None => pool.get().await,
-    };
-    got.map_err(|e| match e {
-        bb8::RunError::User(e) => AttemptError::ConnectionLost(e.to_string()),
-        bb8::RunError::TimedOut => AttemptError::Final(Error::Unavailable {
-            reason: "no pooled connection became free in time".into(),
-        }),
-    })
+    db.inner
+        .pool
+        .checkout(call.remaining())
+        .await
+        .map_err(|e| match e {
+            CheckoutError::Unreachable(reason) => AttemptError::ConnectionLost(reason),
+            CheckoutError::TimedOut => AttemptError::Final(Error::Unavailable {
+                reason: e.to_string(),
+            }),
+        })
 }
 
 async fn run_once(

@@ -4,17 +4,23 @@
 //! on, the probe's `ON DUPLICATE KEY UPDATE k = k` reports 1 for an unchanged
 //! duplicate and every retry would charge again. diesel-async's own `establish`
 //! turns the flag on, so the `mysql_async` connection is built here and wrapped.
+//!
+//! bb8 keeps a failed connect to itself and lets callers wait out their timeout.
+//! The pool here also watches connect failures, so a caller waiting for a
+//! connection while the database is unreachable learns it at once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::ConnectionError;
 use diesel_async::AsyncMysqlConnection;
-use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig, PoolError};
 use mysql_async::{Opts, OptsBuilder};
+use tokio::sync::watch;
 
 pub type Conn = AsyncMysqlConnection;
-pub type Pool = bb8::Pool<AsyncDieselConnectionManager<Conn>>;
-pub type Pooled<'a> = bb8::PooledConnection<'a, AsyncDieselConnectionManager<Conn>>;
+type Manager = AsyncDieselConnectionManager<Conn>;
+pub type Pooled<'a> = bb8::PooledConnection<'a, Manager>;
 
 /// How the pool is sized and how long a call may wait for a connection.
 #[derive(Debug, Clone, Copy)]
@@ -24,6 +30,28 @@ pub struct PoolSettings {
     /// The longest a call waits for a free connection; a call's own deadline can
     /// only shorten it.
     pub checkout_timeout: Duration,
+}
+
+/// Why no connection was handed out.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckoutError {
+    #[error("cannot connect to the database: {0}")]
+    Unreachable(String),
+    #[error("no pooled connection became free in time")]
+    TimedOut,
+}
+
+#[derive(Debug, Clone)]
+pub struct Pool {
+    inner: bb8::Pool<Manager>,
+    /// The latest connect failure; every new one changes the value.
+    connect_failures: Arc<watch::Sender<ConnectFailure>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct ConnectFailure {
+    count: u64,
+    reason: String,
 }
 
 /// Opens one connection that reports affected rows, not found rows. An operator's
@@ -42,16 +70,78 @@ pub async fn connect(url: &str) -> Result<Conn, ConnectionError> {
 }
 
 /// Builds the pool. Connections are opened lazily, so this succeeds while the
-/// database is down; callers check it with a first checkout.
+/// database is down.
 pub fn build(url: &str, settings: PoolSettings) -> Pool {
     let mut config = ManagerConfig::default();
     config.custom_setup = Box::new(|url| Box::pin(connect(url)));
     let manager = AsyncDieselConnectionManager::new_with_config(url, config);
-    bb8::Pool::builder()
+    let connect_failures = Arc::new(watch::Sender::new(ConnectFailure::default()));
+    let inner = bb8::Pool::builder()
         .max_size(settings.size)
         .connection_timeout(settings.checkout_timeout)
-        // Report a failed connect at once instead of retrying until the timeout: the
-        // transaction loop retries with backoff and knows the caller's deadline.
+        // The transaction loop retries with backoff and knows the caller's deadline.
         .retry_connection(false)
-        .build_unchecked(manager)
+        .error_sink(Box::new(FailureSink(connect_failures.clone())))
+        .build_unchecked(manager);
+    Pool {
+        inner,
+        connect_failures,
+    }
+}
+
+impl Pool {
+    /// A connection, waiting at most the pool's checkout timeout.
+    pub async fn get(&self) -> Result<Pooled<'_>, CheckoutError> {
+        self.checkout(None).await
+    }
+
+    /// A connection within `limit` (and the pool's checkout timeout). Fails as soon
+    /// as a connect attempt fails while no connection is free.
+    pub async fn checkout(&self, limit: Option<Duration>) -> Result<Pooled<'_>, CheckoutError> {
+        let mut failures = self.connect_failures.subscribe();
+        failures.mark_unchanged();
+        let get = async {
+            match limit {
+                Some(limit) => tokio::time::timeout(limit, self.inner.get())
+                    .await
+                    .unwrap_or(Err(bb8::RunError::TimedOut)),
+                None => self.inner.get().await,
+            }
+        };
+        tokio::select! {
+            got = get => got.map_err(|e| match e {
+                bb8::RunError::User(e) => CheckoutError::Unreachable(e.to_string()),
+                bb8::RunError::TimedOut => CheckoutError::TimedOut,
+            }),
+            Ok(()) = failures.changed() => {
+                Err(CheckoutError::Unreachable(failures.borrow().reason.clone()))
+            }
+        }
+    }
+
+    pub fn state(&self) -> bb8::State {
+        self.inner.state()
+    }
+}
+
+/// Records connect failures. Failed health checks of idle connections are not
+/// outages (after a database restart every old connection fails once), so only
+/// failures to open a connection count.
+#[derive(Debug, Clone)]
+struct FailureSink(Arc<watch::Sender<ConnectFailure>>);
+
+impl bb8::ErrorSink<PoolError> for FailureSink {
+    fn sink(&self, error: PoolError) {
+        if let PoolError::ConnectionError(e) = error {
+            tracing::debug!(error = %e, "database connect failed");
+            self.0.send_modify(|f| {
+                f.count += 1;
+                f.reason = e.to_string();
+            });
+        }
+    }
+
+    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<PoolError>> {
+        Box::new(self.clone())
+    }
 }
