@@ -3,6 +3,7 @@
 //! clear line before anything is opened.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -42,15 +43,20 @@ pub struct ServeArgs {
 
 #[derive(Debug, Args)]
 pub struct DatabaseArgs {
-    /// MySQL or MariaDB URL; the database it names is created if missing
+    /// MySQL or MariaDB URL, e.g. mysql://user:pass@db:3306/ledger; the database it
+    /// names is created if missing. Without it, a private development server is run
+    /// in --data-dir
     #[arg(
         long,
         env = "LEDGER_DATABASE_URL",
-        default_value = "mysql://root@127.0.0.1:3306/ledger",
         hide_env_values = true,
         value_parser = parse_database_url
     )]
-    pub database_url: String,
+    pub database_url: Option<String>,
+
+    /// Directory of the private development server used without --database-url
+    #[arg(long, env = "LEDGER_DATA_DIR", default_value = "ledger-data")]
+    pub data_dir: PathBuf,
 
     /// Connections in the pool
     #[arg(long, env = "LEDGER_POOL_SIZE", default_value_t = 16,
@@ -72,10 +78,11 @@ pub struct DatabaseArgs {
 }
 
 impl ServeArgs {
-    pub fn settings(&self) -> Settings {
+    /// The settings to serve with, on the database at `database_url`.
+    pub fn settings(&self, database_url: String) -> Settings {
         Settings {
             listen: self.listen,
-            database_url: self.database.database_url.clone(),
+            database_url,
             pool: PoolSettings {
                 size: self.database.pool_size,
                 checkout_timeout: self.database.pool_timeout,

@@ -17,6 +17,7 @@
 //! - [`call`]: a call's deadline and cancellation, shared by the RPC handler and
 //!   the database task.
 //! - [`error`]: the one error type.
+//! - [`managed`]: a private MySQL-compatible server for development and tests.
 //! - [`config`], [`telemetry`], [`app`]: startup: flags, logs, build and serve.
 
 pub mod app;
@@ -26,5 +27,6 @@ pub mod db;
 pub mod error;
 pub mod grpc;
 pub mod ledger;
+pub mod managed;
 pub mod proto;
 pub mod telemetry;

@@ -3,14 +3,15 @@
 //! on what was stored.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Buf as _, BufMut as _, Bytes};
 use futures::FutureExt as _;
 use ledger::app::{Application, Settings};
 use ledger::db::{BeforeCommit, BeforeCommitEvent, Limits, PoolSettings};
+use ledger::managed::{ManagedOptions, ManagedServer};
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
 use mysql_async::prelude::Queryable as _;
@@ -19,12 +20,67 @@ use tokio_util::sync::CancellationToken;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 
-/// The MySQL server the tests run against, without a database name.
+/// The MySQL server the tests run against, as a URL without a database name:
+/// `LEDGER_TEST_DATABASE_URL` if set, else one private server for the whole run.
 pub fn server_url() -> String {
-    std::env::var("LEDGER_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned())
-        .trim_end_matches('/')
-        .to_owned()
+    match std::env::var("LEDGER_TEST_DATABASE_URL") {
+        Ok(url) => url.trim_end_matches('/').to_owned(),
+        Err(_) => shared_server_url(),
+    }
+}
+
+/// Starts the run's private server once, from a thread that lives as long as the
+/// test process: the server was started with `--pdeathsig`, so the kernel stops
+/// it when that thread ends, whether the run passed, failed or was killed.
+fn shared_server_url() -> String {
+    static URL: OnceLock<Result<String, String>> = OnceLock::new();
+    let url = tokio::task::block_in_place(|| {
+        URL.get_or_init(|| {
+            remove_stale_server_dirs();
+            let dir = std::env::temp_dir().join(format!("ledger-test-{}", std::process::id()));
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::Builder::new()
+                .name("test-mysqld".into())
+                .spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("runtime");
+                    match rt.block_on(ManagedServer::start(ManagedOptions::in_dir(dir))) {
+                        Ok(server) => {
+                            let _ = tx.send(Ok(server.server_url()));
+                            let _keep_running = server;
+                            loop {
+                                std::thread::park();
+                            }
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e.to_string()));
+                        }
+                    }
+                })
+                .expect("spawn the server thread");
+            rx.recv().unwrap_or_else(|e| Err(e.to_string()))
+        })
+        .clone()
+    });
+    url.unwrap_or_else(|e| panic!("cannot start the test database server: {e}"))
+}
+
+/// Data directories of earlier runs whose process is gone.
+fn remove_stale_server_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("ledger-test-") else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// A database of its own for one test, dropped when the test ends (also when it
@@ -32,13 +88,19 @@ pub fn server_url() -> String {
 pub struct TestDb {
     pub name: String,
     pub url: String,
+    server: String,
 }
 
 impl TestDb {
     pub fn new() -> Self {
+        Self::on(server_url())
+    }
+
+    /// A database on a given server (a URL without a database name).
+    pub fn on(server: String) -> Self {
         let name = format!("ledger_test_{:016x}", rand::random::<u64>());
-        let url = format!("{}/{name}", server_url());
-        Self { name, url }
+        let url = format!("{server}/{name}");
+        Self { name, url, server }
     }
 
     /// A plain connection for assertions (not the service's pool).
@@ -163,7 +225,7 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let url = server_url();
+        let url = self.server.clone();
         let name = self.name.clone();
         // Drop runs outside any runtime's async context, possibly while unwinding.
         let _ = std::thread::spawn(move || {
@@ -329,6 +391,29 @@ pub fn charge(key: &str, account_id: u64, amount: i64) -> pb::ChargeRequest {
         currency: "USD".into(),
         description: String::new(),
     }
+}
+
+/// Every key in `charged` (key -> amount) debited the account exactly once, and
+/// nothing else did.
+pub async fn assert_each_key_charged_once(
+    db: &TestDb,
+    account: u64,
+    start: i64,
+    charged: &std::collections::BTreeMap<String, i64>,
+) {
+    let entries = db
+        .count("SELECT COUNT(*) FROM entries WHERE kind = 1")
+        .await;
+    assert_eq!(
+        entries,
+        u64::try_from(charged.len()).unwrap(),
+        "one entry per key"
+    );
+    for key in charged.keys() {
+        assert_eq!(db.entries_for_key(key).await, 1, "{key}");
+    }
+    let total: i64 = charged.values().sum();
+    assert_eq!(db.balance(account).await, start - total);
 }
 
 /// Whether a response or status carries `idempotent-replayed: true`.

@@ -16,5 +16,7 @@ mod bounded_waits;
 mod declines;
 mod driver_trap;
 mod exactly_once;
+mod outage;
 mod races;
+mod teardown;
 mod validation;
