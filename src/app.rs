@@ -1,16 +1,29 @@
 //! Builds the service (database, migrations, pool, self-check, listener) and serves
-//! it until a shutdown future completes. Tests drive the same code on port 0.
+//! it, with health and reflection, until a shutdown future completes; then drains.
+//! Tests drive the same code on port 0.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+use tonic_health::ServingStatus;
+use tonic_health::pb::health_server::HealthServer;
+use tonic_health::server::{HealthReporter, HealthService};
 
+use crate::auth::{Authenticator, Tokens};
 use crate::db::{self, BeforeCommit, Limits, Persistence, PoolSettings, migrate, self_check};
-use crate::grpc::{LedgerService, ProtoEncoder};
+use crate::grpc::{LedgerService, ProtoEncoder, ResourceExhausted};
+use crate::health;
+use crate::proto::pb;
+use crate::telemetry::metrics;
 
 /// Everything `Application::build` needs, already validated.
 #[derive(Debug, Clone)]
@@ -19,27 +32,111 @@ pub struct Settings {
     pub database_url: String,
     pub pool: PoolSettings,
     pub limits: Limits,
+    /// Apply pending migrations at start; when false, refuse to start if any are.
+    pub migrate: bool,
+    /// How long to keep trying to reach the database at start.
+    pub connect_timeout: Duration,
+    /// After a shutdown signal, how long to keep serving while reporting
+    /// NOT_SERVING, so load balancers stop sending calls first.
+    pub shutdown_delay: Duration,
+    /// Then, how long calls in flight may take to finish.
+    pub shutdown_grace: Duration,
+    /// Where to serve Prometheus metrics; off when `None`.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Bearer tokens to require; every caller shares one namespace when `None`.
+    pub auth: Option<Tokens>,
+    pub tls: Option<TlsIdentity>,
+    /// Largest request message accepted.
+    pub max_message_bytes: usize,
+}
+
+impl Settings {
+    /// The defaults of `ledger serve` for everything but where to listen and which
+    /// database to use.
+    pub fn new(listen: SocketAddr, database_url: impl Into<String>) -> Self {
+        Self {
+            listen,
+            database_url: database_url.into(),
+            pool: PoolSettings {
+                size: 16,
+                checkout_timeout: Duration::from_secs(5),
+            },
+            limits: Limits {
+                lock_wait: Duration::from_secs(5),
+                max_attempts: 10,
+            },
+            migrate: true,
+            connect_timeout: Duration::from_secs(30),
+            shutdown_delay: Duration::ZERO,
+            shutdown_grace: Duration::from_secs(20),
+            metrics_listen: None,
+            auth: None,
+            tls: None,
+            max_message_bytes: 65_536,
+        }
+    }
+}
+
+/// A server certificate chain and its key, checked to make a TLS configuration.
+#[derive(Debug, Clone)]
+pub struct TlsIdentity {
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+}
+
+impl TlsIdentity {
+    pub fn load(cert: &Path, key: &Path) -> anyhow::Result<Self> {
+        let read = |path: &Path| {
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+        };
+        Self::from_pem(read(cert)?, read(key)?).with_context(|| {
+            format!(
+                "{} and {} do not make a TLS identity",
+                cert.display(),
+                key.display()
+            )
+        })
+    }
+
+    pub fn from_pem(cert_pem: Vec<u8>, key_pem: Vec<u8>) -> anyhow::Result<Self> {
+        let identity = Self { cert_pem, key_pem };
+        Server::builder().tls_config(identity.config())?;
+        Ok(identity)
+    }
+
+    fn config(&self) -> ServerTlsConfig {
+        ServerTlsConfig::new().identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
+    }
 }
 
 #[derive(Debug)]
 pub struct Application {
     listener: TcpListener,
-    service: LedgerService,
     persistence: Persistence,
+    settings: Settings,
 }
 
 impl Application {
-    /// Creates the database if missing, migrates it, checks that connections report
-    /// affected rows as the probe needs (refusing to start otherwise) and binds.
+    /// Waits for the database (up to the connect timeout), creates it if missing,
+    /// migrates it, checks that connections report affected rows as the probe needs
+    /// (refusing to start otherwise) and binds.
     pub async fn build(
-        settings: &Settings,
+        settings: Settings,
         before_commit: Option<BeforeCommit>,
     ) -> anyhow::Result<Self> {
         let url = &settings.database_url;
-        migrate::ensure_database(url).await?;
-        let applied = migrate::run_migrations(url).await?;
-        if !applied.is_empty() {
-            tracing::info!(?applied, "migrations applied");
+        migrate::wait_for_database(url, settings.connect_timeout).await?;
+        if settings.migrate {
+            let applied = migrate::run_migrations(url).await?;
+            if !applied.is_empty() {
+                tracing::info!(?applied, "migrations applied");
+            }
+        } else {
+            let pending = migrate::pending(url).await?;
+            anyhow::ensure!(
+                pending.is_empty(),
+                "the database has pending migrations {pending:?}: run `ledger migrate` first"
+            );
         }
         let pool = db::pool::build(url, settings.pool);
         {
@@ -49,6 +146,10 @@ impl Application {
                 .context("cannot open a pooled database connection")?;
             self_check::verify_affected_rows(&mut conn).await?;
         }
+        if let Some(addr) = settings.metrics_listen {
+            metrics::install(addr)?;
+            tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+        }
         let persistence =
             Persistence::new(pool, settings.limits, Arc::new(ProtoEncoder), before_commit);
         let listener = TcpListener::bind(settings.listen)
@@ -56,8 +157,8 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         Ok(Self {
             listener,
-            service: LedgerService::new(persistence.clone()),
             persistence,
+            settings,
         })
     }
 
@@ -73,18 +174,102 @@ impl Application {
         &self.persistence
     }
 
-    /// Serves until `shutdown` completes, then stops accepting calls and lets those
-    /// in flight finish.
+    /// Serves until `shutdown` completes. Then: report NOT_SERVING (and keep serving
+    /// for the shutdown delay), stop accepting calls, let those in flight finish
+    /// within the shutdown grace, and close the pool.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let addr = self.local_addr();
-        tracing::info!(%addr, "serving ledger.v1.Ledger");
-        let incoming = TcpIncoming::from(self.listener).with_nodelay(Some(true));
-        tonic::transport::Server::builder()
-            .add_service(self.service.into_server())
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await
-            .context("gRPC server failed")?;
+        let Self {
+            listener,
+            persistence,
+            settings,
+        } = self;
+        let addr = listener.local_addr()?;
+        let reporter = HealthReporter::new();
+        health::set_all(&reporter, ServingStatus::Serving).await;
+        let stop_watching = CancellationToken::new();
+        let watcher = tokio::spawn(health::watch_database(
+            persistence.pool().clone(),
+            reporter.clone(),
+            stop_watching.clone(),
+        ));
+
+        let router = router(&settings, &persistence, &reporter)?;
+        let stop_accepting = CancellationToken::new();
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let serving =
+            router.serve_with_incoming_shutdown(incoming, stop_accepting.clone().cancelled_owned());
+        let mut serving = std::pin::pin!(serving);
+        tracing::info!(%addr, tls = settings.tls.is_some(), auth = settings.auth.is_some(), "serving ledger.v1.Ledger");
+        tokio::select! {
+            failed = &mut serving => {
+                stop_watching.cancel();
+                return failed.context("gRPC server failed");
+            }
+            () = shutdown => {}
+        }
+
+        let (delay, grace) = (settings.shutdown_delay, settings.shutdown_grace);
+        tracing::info!(
+            ?delay,
+            ?grace,
+            "shutting down: NOT_SERVING, then draining calls in flight"
+        );
+        stop_watching.cancel();
+        let _ = watcher.await;
+        health::set_all(&reporter, ServingStatus::NotServing).await;
+        tokio::select! {
+            failed = &mut serving => return failed.context("gRPC server failed"),
+            () = tokio::time::sleep(delay) => {}
+        }
+        stop_accepting.cancel();
+        let deadline = tokio::time::Instant::now() + grace;
+        if let Ok(drained) = tokio::time::timeout_at(deadline, &mut serving).await {
+            drained.context("gRPC server failed")?;
+        } else {
+            tracing::warn!("calls still in flight after the shutdown grace; stopping");
+        }
+        if !persistence.drain(deadline).await {
+            tracing::warn!("transactions still running after the shutdown grace");
+        }
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+fn router(
+    settings: &Settings,
+    persistence: &Persistence,
+    reporter: &HealthReporter,
+) -> anyhow::Result<tonic::transport::server::Router> {
+    let mut builder = Server::builder();
+    if let Some(tls) = &settings.tls {
+        builder = builder.tls_config(tls.config())?;
+    }
+    let ledger = LedgerService::new(persistence.clone())
+        .into_server()
+        .max_decoding_message_size(settings.max_message_bytes);
+    let ledger = InterceptedService::new(
+        ResourceExhausted(ledger),
+        Authenticator::new(settings.auth.clone()),
+    );
+    // Each version lists both reflection services, so `grpcurl list` shows them
+    // whichever version it speaks.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .include_reflection_service(false)
+            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(
+                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+            )
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+    };
+    Ok(builder
+        .add_service(HealthServer::new(HealthService::from_health_reporter(
+            reporter.clone(),
+        )))
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .add_service(ledger))
 }

@@ -2,14 +2,16 @@
 //! has a `LEDGER_*` environment twin, and a bad value stops the process with one
 //! clear line before anything is opened.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::app::Settings;
+use crate::app::{Settings, TlsIdentity};
+use crate::auth::Tokens;
 use crate::db::{Limits, PoolSettings, migrate};
+use crate::telemetry::LogFormat;
 
 /// MySQL's upper bound for `innodb_lock_wait_timeout`, in seconds.
 const MAX_LOCK_WAIT_SECS: u64 = 1_073_741_824;
@@ -21,14 +23,28 @@ const MAX_LOCK_WAIT_SECS: u64 = 1_073_741_824;
     about = "A gRPC ledger that charges accounts exactly once"
 )]
 pub struct Cli {
+    /// Log format
+    #[arg(
+        long,
+        env = "LEDGER_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the ledger.v1.Ledger gRPC API
-    Serve(ServeArgs),
+    /// Serve the ledger.v1.Ledger gRPC API (with health and reflection)
+    Serve(Box<ServeArgs>),
+    /// Apply pending database migrations and exit
+    Migrate(MigrateArgs),
+    /// Ask a running server's health service: exit 0 if SERVING, 1 otherwise
+    Healthcheck(HealthcheckArgs),
 }
 
 #[derive(Debug, Args)]
@@ -39,24 +55,6 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub database: DatabaseArgs,
-}
-
-#[derive(Debug, Args)]
-pub struct DatabaseArgs {
-    /// MySQL or MariaDB URL, e.g. mysql://user:pass@db:3306/ledger; the database it
-    /// names is created if missing. Without it, a private development server is run
-    /// in --data-dir
-    #[arg(
-        long,
-        env = "LEDGER_DATABASE_URL",
-        hide_env_values = true,
-        value_parser = parse_database_url
-    )]
-    pub database_url: Option<String>,
-
-    /// Directory of the private development server used without --database-url
-    #[arg(long, env = "LEDGER_DATA_DIR", default_value = "ledger-data")]
-    pub data_dir: PathBuf,
 
     /// Connections in the pool
     #[arg(long, env = "LEDGER_POOL_SIZE", default_value_t = 16,
@@ -75,23 +73,137 @@ pub struct DatabaseArgs {
     #[arg(long, env = "LEDGER_MAX_ATTEMPTS", default_value_t = 10,
         value_parser = clap::value_parser!(u32).range(1..=100))]
     pub max_attempts: u32,
+
+    /// Do not apply migrations at start (refuse to start if any are pending)
+    #[arg(long, env = "LEDGER_NO_MIGRATE")]
+    pub no_migrate: bool,
+
+    /// On SIGTERM or SIGINT, how long to keep serving while reporting NOT_SERVING,
+    /// so load balancers stop sending calls before the listener closes
+    #[arg(long, env = "LEDGER_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+
+    /// Then, how long calls in flight may take to finish
+    #[arg(long, env = "LEDGER_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Serve Prometheus metrics at http://<address>/metrics (off when unset)
+    #[arg(long, env = "LEDGER_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Require bearer tokens: a file of `<client-id> <sha256-hex-of-token>` lines;
+    /// idempotency keys are then scoped per client
+    #[arg(long, env = "LEDGER_AUTH_TOKENS_FILE", value_parser = parse_tokens_file)]
+    pub auth_tokens_file: Option<Tokens>,
+
+    /// Serve TLS with this PEM certificate chain (needs --tls-key)
+    #[arg(long, env = "LEDGER_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert
+    #[arg(long, env = "LEDGER_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Largest request message accepted, in bytes; larger ones get RESOURCE_EXHAUSTED
+    #[arg(long, env = "LEDGER_MAX_MESSAGE_SIZE", default_value_t = 65_536,
+        value_parser = clap::value_parser!(u32).range(1024..=4_194_304))]
+    pub max_message_size: u32,
+}
+
+/// Where the database is.
+#[derive(Debug, Args)]
+pub struct DatabaseArgs {
+    /// MySQL or MariaDB URL, e.g. mysql://user:pass@db:3306/ledger; the database it
+    /// names is created if missing. Without it, a private development server is run
+    /// in --data-dir
+    #[arg(
+        long,
+        env = "LEDGER_DATABASE_URL",
+        hide_env_values = true,
+        value_parser = parse_database_url
+    )]
+    pub database_url: Option<String>,
+
+    /// Directory of the private development server used without --database-url
+    #[arg(long, env = "LEDGER_DATA_DIR", default_value = "ledger-data")]
+    pub data_dir: PathBuf,
+
+    /// How long to keep trying to reach the database at start
+    #[arg(long, env = "LEDGER_CONNECT_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct HealthcheckArgs {
+    /// The server's listen address; an unspecified one (0.0.0.0) is reached on loopback
+    #[arg(long, env = "LEDGER_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+
+    /// The service to ask about ("" is the whole server)
+    #[arg(long, default_value = "")]
+    pub service: String,
+
+    /// Give up after this long
+    #[arg(long, default_value = "3s", value_parser = parse_positive_duration)]
+    pub timeout: Duration,
+
+    /// Connect with TLS, trusting this PEM CA certificate
+    #[arg(long, env = "LEDGER_HEALTHCHECK_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// The name the server's certificate is checked against
+    #[arg(
+        long,
+        env = "LEDGER_HEALTHCHECK_TLS_DOMAIN",
+        default_value = "localhost"
+    )]
+    pub tls_domain: String,
+}
+
+impl HealthcheckArgs {
+    /// The address to dial for `--listen`.
+    pub fn target(&self) -> SocketAddr {
+        let mut addr = self.listen;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        }
+        addr
+    }
 }
 
 impl ServeArgs {
     /// The settings to serve with, on the database at `database_url`.
-    pub fn settings(&self, database_url: String) -> Settings {
-        Settings {
+    pub fn settings(&self, database_url: String) -> anyhow::Result<Settings> {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsIdentity::load(cert, key)?),
+            _ => None,
+        };
+        Ok(Settings {
             listen: self.listen,
             database_url,
             pool: PoolSettings {
-                size: self.database.pool_size,
-                checkout_timeout: self.database.pool_timeout,
+                size: self.pool_size,
+                checkout_timeout: self.pool_timeout,
             },
             limits: Limits {
-                lock_wait: self.database.lock_wait_timeout,
-                max_attempts: self.database.max_attempts,
+                lock_wait: self.lock_wait_timeout,
+                max_attempts: self.max_attempts,
             },
-        }
+            migrate: !self.no_migrate,
+            connect_timeout: self.database.connect_timeout,
+            shutdown_delay: self.shutdown_delay,
+            shutdown_grace: self.shutdown_grace,
+            metrics_listen: self.metrics_listen,
+            auth: self.auth_tokens_file.clone(),
+            tls,
+            max_message_bytes: usize::try_from(self.max_message_size)?,
+        })
     }
 }
 
@@ -101,8 +213,16 @@ fn parse_database_url(raw: &str) -> Result<String, String> {
     Ok(raw.to_owned())
 }
 
+fn parse_tokens_file(raw: &str) -> Result<Tokens, String> {
+    Tokens::load(Path::new(raw))
+}
+
+fn parse_duration(raw: &str) -> Result<Duration, String> {
+    humantime::parse_duration(raw).map_err(|e| format!("{e} (e.g. 500ms, 5s, 1m)"))
+}
+
 fn parse_positive_duration(raw: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(raw).map_err(|e| format!("{e} (e.g. 500ms, 5s, 1m)"))?;
+    let d = parse_duration(raw)?;
     if d.is_zero() {
         return Err("must be positive".into());
     }
@@ -149,5 +269,15 @@ mod tests {
     fn bad_database_urls_do_not_echo_the_password() {
         let err = parse_database_url("mysql://root:hunter2@127.0.0.1:3306").unwrap_err();
         assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn the_healthcheck_dials_loopback_for_an_unspecified_address() {
+        let args =
+            Cli::try_parse_from(["ledger", "healthcheck", "--listen", "0.0.0.0:7000"]).unwrap();
+        let Command::Healthcheck(args) = args.command else {
+            panic!("healthcheck");
+        };
+        assert_eq!(args.target(), "127.0.0.1:7000".parse().unwrap());
     }
 }

@@ -17,15 +17,21 @@
 //! - [`call`]: a call's deadline and cancellation, shared by the RPC handler and
 //!   the database task.
 //! - [`error`]: the one error type.
+//! - [`auth`]: optional bearer tokens, and the key namespace per client.
+//! - [`health`]: the gRPC health status, following the database.
 //! - [`managed`]: a private MySQL-compatible server for development and tests.
-//! - [`config`], [`telemetry`], [`app`]: startup: flags, logs, build and serve.
+//! - [`config`], [`telemetry`], [`app`], [`commands`]: flags, logs and metrics,
+//!   building and serving, and the `ledger` subcommands.
 
 pub mod app;
+pub mod auth;
 pub mod call;
+pub mod commands;
 pub mod config;
 pub mod db;
 pub mod error;
 pub mod grpc;
+pub mod health;
 pub mod ledger;
 pub mod managed;
 pub mod proto;

@@ -1,19 +1,22 @@
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::Parser as _;
-use ledger::app::Application;
-use ledger::config::{Cli, Command, ServeArgs};
-use ledger::managed::{ManagedOptions, ManagedServer};
-
-/// The database the service uses on its private development server.
-const DEV_DATABASE: &str = "ledger";
+use ledger::commands;
+use ledger::config::{Cli, Command};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    ledger::telemetry::init();
-    match run(cli).await {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    ledger::telemetry::init(cli.log_format);
+    let result = match &cli.command {
+        Command::Serve(args) => commands::serve(args).await,
+        Command::Migrate(args) => commands::migrate(args).await,
+        Command::Healthcheck(args) => return commands::healthcheck(args).await,
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -22,58 +25,20 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        Command::Serve(args) => serve(args).await,
+/// `--help` and `--version` print as usual; a bad flag or value stops with its one
+/// line, not clap's usage block.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
     }
-}
-
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let Some(url) = args.database.database_url.clone() else {
-        return serve_on_managed_server(args).await;
-    };
-    let app = Application::build(&args.settings(url), None).await?;
-    app.run_until(shutdown_signal()).await
-}
-
-/// Development setup: no database URL, so the service runs a private server.
-async fn serve_on_managed_server(args: ServeArgs) -> anyhow::Result<()> {
-    let dir = &args.database.data_dir;
-    tracing::warn!(
-        data_dir = %dir.display(),
-        "DEVELOPMENT SETUP: no --database-url given, so ledger runs a private database \
-         server in the data directory; pass --database-url (LEDGER_DATABASE_URL) in production"
-    );
-    let mut server = ManagedServer::start(ManagedOptions::in_dir(dir))
-        .await
-        .context("cannot run the development database")?;
-    tracing::info!(url = %server.url(DEV_DATABASE), flavor = ?server.flavor(), "development database ready");
-    let outcome = async {
-        let app = Application::build(&args.settings(server.url(DEV_DATABASE)), None).await?;
-        app.run_until(shutdown_signal()).await
-    }
-    .await;
-    server
-        .stop()
-        .await
-        .context("stopping the development database")?;
-    outcome
-}
-
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGTERM; stopping on SIGINT only");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("shutdown signal received");
+    let rendered = e.render().to_string();
+    let message: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+        .collect();
+    eprintln!("{}", message.join(" "));
+    ExitCode::from(2)
 }

@@ -16,6 +16,7 @@ use diesel_async::{RunQueryDsl, SimpleAsyncConnection as _};
 
 use super::pool::Conn;
 use crate::error::Error;
+use crate::telemetry::metrics;
 
 /// The MySQL / MariaDB error codes the service acts on.
 mod code {
@@ -124,12 +125,18 @@ fn by_code(code: u32, step: Step, lock_wait: Duration, message: &str) -> Attempt
     match code {
         code::DEADLOCK | code::PLUGIN_ROLLBACK => AttemptError::Conflict,
         code::LOCK_WAIT_TIMEOUT => AttemptError::Final(match step {
-            Step::Probe | Step::ReadKey => Error::KeyInProgress {
-                retry_after: lock_wait,
-            },
-            _ => Error::AccountBusy {
-                retry_after: lock_wait,
-            },
+            Step::Probe | Step::ReadKey => {
+                metrics::lock_wait_timeout("key");
+                Error::KeyInProgress {
+                    retry_after: lock_wait,
+                }
+            }
+            _ => {
+                metrics::lock_wait_timeout("account");
+                Error::AccountBusy {
+                    retry_after: lock_wait,
+                }
+            }
         }),
         code::SERVER_SHUTDOWN
         | code::WSREP_NOT_READY

@@ -35,6 +35,7 @@ use crate::ledger::{
     Account, Command, Decline, Entry, EntryKind, Fingerprint, KeyedOutcome, Posting, ScopedKey,
     StoredOutcome,
 };
+use crate::telemetry::metrics;
 
 /// The first retry waits up to this long; each further one up to twice as long.
 const BACKOFF_BASE: Duration = Duration::from_millis(5);
@@ -59,8 +60,14 @@ pub(super) async fn run(
         };
         tracing::debug!(attempt, error = ?last, "transaction attempt failed; retrying");
         let exhausted = match last {
-            AttemptError::Conflict => Error::Conflict { attempts: attempt },
-            AttemptError::ConnectionLost(reason) => Error::Unavailable { reason },
+            AttemptError::Conflict => {
+                metrics::retry("conflict");
+                Error::Conflict { attempts: attempt }
+            }
+            AttemptError::ConnectionLost(reason) => {
+                metrics::retry("connection");
+                Error::Unavailable { reason }
+            }
             AttemptError::Final(e) => e,
         };
         if attempt >= max_attempts || !backoff(attempt, call).await {

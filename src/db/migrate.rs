@@ -1,5 +1,7 @@
 //! Creates the database when it is missing and applies the embedded migrations.
 
+use std::time::Duration;
+
 use diesel::dsl::sql;
 use diesel::migration::MigrationVersion;
 use diesel::sql_types::{Integer, Nullable};
@@ -19,6 +21,9 @@ const MIGRATION_LOCK: &str = "ledger.migrations";
 /// tables, seconds at most.
 const MIGRATION_LOCK_WAIT_SECS: u32 = 120;
 
+/// Server errors that retrying cannot fix: wrong credentials or privileges.
+const ACCESS_DENIED: [u16; 3] = [1044, 1045, 1698];
+
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
     #[error("invalid database URL: {0}")]
@@ -27,6 +32,10 @@ pub enum MigrateError {
     NoDatabase,
     #[error("database name {0:?} must be letters, digits and underscores")]
     DatabaseName(String),
+    #[error("cannot reach the database at {at}: {reason}")]
+    Unreachable { at: String, reason: String },
+    #[error("the database at {at} refused the connection: {reason}")]
+    Refused { at: String, reason: String },
     #[error("cannot connect to the database: {0}")]
     Connect(#[from] diesel::ConnectionError),
     #[error("cannot create the database: {0}")]
@@ -46,14 +55,61 @@ pub fn database_name(url: &str) -> Result<String, MigrateError> {
     Ok(name)
 }
 
+/// `host:port/database` of a URL, for messages: never the password.
+pub fn describe(url: &str) -> String {
+    Opts::from_url(url).map_or_else(
+        |_| "an invalid URL".to_owned(),
+        |o| {
+            format!(
+                "{}:{}/{}",
+                o.ip_or_hostname(),
+                o.tcp_port(),
+                o.db_name().unwrap_or("")
+            )
+        },
+    )
+}
+
+/// Keeps trying [`ensure_database`] with backoff until `timeout` while the server
+/// cannot be reached (it may still be starting); other failures end at once.
+pub async fn wait_for_database(url: &str, timeout: Duration) -> Result<(), MigrateError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match ensure_database(url).await {
+            Err(MigrateError::Unreachable { at, reason })
+                if tokio::time::Instant::now() + delay < deadline =>
+            {
+                tracing::info!(%at, %reason, retry_in = ?delay, "database not reachable yet");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            Err(MigrateError::Unreachable { at, reason }) => {
+                return Err(MigrateError::Unreachable {
+                    at,
+                    reason: format!("{reason} (gave up after {timeout:?})"),
+                });
+            }
+            other => return other,
+        }
+    }
+}
+
 /// `CREATE DATABASE IF NOT EXISTS` through a connection that names no database.
 pub async fn ensure_database(url: &str) -> Result<(), MigrateError> {
     let name = database_name(url)?;
     let opts = Opts::from_url(url).map_err(|e| MigrateError::Url(e.to_string()))?;
     let server_only: Opts = OptsBuilder::from_opts(opts).db_name(None::<String>).into();
-    let conn = mysql_async::Conn::new(server_only)
-        .await
-        .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+    let conn = mysql_async::Conn::new(server_only).await.map_err(|e| {
+        let at = describe(url);
+        let reason = e.to_string();
+        match e {
+            mysql_async::Error::Server(s) if ACCESS_DENIED.contains(&s.code) => {
+                MigrateError::Refused { at, reason }
+            }
+            _ => MigrateError::Unreachable { at, reason },
+        }
+    })?;
     let mut conn = AsyncMysqlConnection::try_from(conn).await?;
     conn.batch_execute(&format!(
         "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
@@ -66,8 +122,6 @@ pub async fn ensure_database(url: &str) -> Result<(), MigrateError> {
 ///
 /// Instances starting together take turns: a named lock, held by the migrating
 /// session until it closes, serializes them, and the later ones find nothing to do.
-/// diesel's migration harness is synchronous; the wrapper drives the async
-/// connection from a blocking thread, which needs the multi-thread runtime.
 pub async fn run_migrations(url: &str) -> Result<Vec<String>, MigrateError> {
     let mut conn = connect(url).await?;
     let locked: Option<i32> = diesel::select(sql::<Nullable<Integer>>(&format!(
@@ -81,13 +135,39 @@ pub async fn run_migrations(url: &str) -> Result<Vec<String>, MigrateError> {
             "another instance held the migration lock for {MIGRATION_LOCK_WAIT_SECS} s"
         )));
     }
-    let mut wrapper: AsyncConnectionWrapper<AsyncMysqlConnection> = conn.into();
-    tokio::task::spawn_blocking(move || {
-        wrapper
-            .run_pending_migrations(MIGRATIONS)
+    with_harness(conn, |h| {
+        h.run_pending_migrations(MIGRATIONS)
             .map(|versions| versions.iter().map(MigrationVersion::to_string).collect())
-            .map_err(|e| MigrateError::Migrations(e.to_string()))
     })
     .await
-    .map_err(|e| MigrateError::Migrations(e.to_string()))?
+}
+
+/// The versions of the migrations not yet applied.
+pub async fn pending(url: &str) -> Result<Vec<String>, MigrateError> {
+    let conn = connect(url).await?;
+    with_harness(conn, |h| {
+        h.pending_migrations(MIGRATIONS).map(|pending| {
+            pending
+                .iter()
+                .map(|m| m.name().version().to_string())
+                .collect()
+        })
+    })
+    .await
+}
+
+type Harness = AsyncConnectionWrapper<AsyncMysqlConnection>;
+
+/// diesel's migration harness is synchronous; the wrapper drives the async
+/// connection from a blocking thread, which needs the multi-thread runtime.
+async fn with_harness<T, F>(conn: AsyncMysqlConnection, f: F) -> Result<T, MigrateError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Harness) -> diesel::migration::Result<T> + Send + 'static,
+{
+    let mut harness: Harness = conn.into();
+    tokio::task::spawn_blocking(move || f(&mut harness))
+        .await
+        .map_err(|e| MigrateError::Migrations(e.to_string()))?
+        .map_err(|e| MigrateError::Migrations(e.to_string()))
 }

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use tokio_util::task::TaskTracker;
 
 use crate::call::Call;
 use crate::error::Error;
@@ -63,6 +64,8 @@ pub struct Persistence {
 
 struct Inner {
     pool: Pool,
+    /// The transaction tasks, so shutdown can wait for them to commit or roll back.
+    tasks: TaskTracker,
     limits: Limits,
     /// Encodes outcomes for the key rows; provided by the wire layer.
     encoder: Arc<dyn OutcomeEncoder>,
@@ -88,6 +91,7 @@ impl Persistence {
         Self {
             inner: Arc::new(Inner {
                 pool,
+                tasks: TaskTracker::new(),
                 limits,
                 encoder,
                 before_commit,
@@ -110,9 +114,20 @@ impl Persistence {
     ) -> Result<KeyedOutcome, Error> {
         let this = self.clone();
         let call = call.clone();
-        tokio::spawn(async move { keyed::run(&this, &call, &key, &command).await })
+        self.inner
+            .tasks
+            .spawn(async move { keyed::run(&this, &call, &key, &command).await })
             .await
             .map_err(|e| Error::internal(format!("transaction task failed: {e}")))?
+    }
+
+    /// Stops taking new transactions and waits, until `deadline`, for those running
+    /// to commit or roll back. False if some were still running at the deadline.
+    pub async fn drain(&self, deadline: tokio::time::Instant) -> bool {
+        self.inner.tasks.close();
+        tokio::time::timeout_at(deadline, self.inner.tasks.wait())
+            .await
+            .is_ok()
     }
 
     /// Reads an account (a plain read, outside any transaction).

@@ -6,13 +6,16 @@
 //! - `outcome`: domain outcome <-> the bytes stored under a key and replayed.
 //! - `status`: the one mapping from [`crate::error::Error`] to `tonic::Status`.
 //! - `deadline`: the caller's deadline from the `grpc-timeout` header.
+//! - `limits`: RESOURCE_EXHAUSTED for oversized requests.
 
 mod deadline;
+mod limits;
 mod outcome;
 mod request;
 mod service;
 mod status;
 
+pub use limits::ResourceExhausted;
 pub use outcome::ProtoEncoder;
 pub use service::LedgerService;
-pub use status::{DOMAIN, REPLAYED_HEADER};
+pub use status::{DOMAIN, REPLAYED_HEADER, unauthenticated};

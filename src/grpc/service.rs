@@ -1,11 +1,13 @@
 //! `ledger.v1.Ledger`: each RPC parses its request, runs it through
 //! [`Persistence`], and renders the answer. One span per RPC carries the method,
-//! the account, a redacted key, the outcome code and the replay flag.
+//! the account, a redacted key, the outcome code and the replay flag; one metric
+//! sample per RPC its method, code and latency.
 
 use std::future::Future;
 
 use prost::Message;
-use tonic::{Request, Response, Status};
+use tokio::time::Instant;
+use tonic::{Code, Request, Response, Status};
 use tracing::field::Empty;
 
 use super::status::report;
@@ -16,6 +18,7 @@ use crate::error::Error;
 use crate::ledger::{Command, EntryKind, IdempotencyKey, Namespace, ScopedKey};
 use crate::proto::pb;
 use crate::proto::pb::ledger_server::Ledger;
+use crate::telemetry::metrics;
 
 #[derive(Debug, Clone)]
 pub struct LedgerService {
@@ -31,34 +34,68 @@ impl LedgerService {
         pb::ledger_server::LedgerServer::new(self)
     }
 
-    /// Runs a keyed command and renders its stored outcome.
-    async fn keyed<M: Message + Default>(
+    /// Parses, runs and renders one keyed call.
+    async fn keyed<Req, M: Message + Default>(
         &self,
-        call: Call,
-        key: IdempotencyKey,
-        command: Command,
+        method: &'static str,
+        request: Request<Req>,
+        parse: fn(Req) -> Result<(IdempotencyKey, Command), Error>,
     ) -> Result<Response<M>, Status> {
+        let started = Instant::now();
         let span = tracing::Span::current();
-        span.record("key", key.redacted());
-        let key = ScopedKey {
-            namespace: Namespace::anonymous(),
-            key,
+        let call = deadline::call_for(&request);
+        let answer = async {
+            let namespace = namespace(&request)?;
+            let (key, command) = parse(request.into_inner())?;
+            span.record("key", key.redacted());
+            let key = ScopedKey { namespace, key };
+            answer(&call, self.db.execute(&call, key, command)).await
+        }
+        .await;
+        let rendered = match answer {
+            Ok(keyed) => {
+                span.record("replayed", keyed.replayed);
+                if keyed.replayed {
+                    metrics::replay(method);
+                }
+                outcome::render(keyed)
+            }
+            Err(e) => {
+                if matches!(e, Error::KeyReused) {
+                    metrics::key_reuse(method);
+                }
+                Err(fail(&span, &e))
+            }
         };
-        let keyed = answer(&call, self.db.execute(&call, key, command))
-            .await
-            .map_err(|e| finish_with(&span, &e))?;
-        span.record("replayed", keyed.replayed);
-        span.record(
-            "outcome",
-            tracing::field::debug(tonic::Code::from_i32(keyed.outcome.code)),
-        );
-        tracing::debug!("rpc done");
-        outcome::render(keyed)
+        finish(&span, method, started, rendered.as_ref().map(drop));
+        rendered
     }
 }
 
-fn finish_with(span: &tracing::Span, error: &Error) -> Status {
-    span.record("outcome", error.label());
+/// Records the outcome code and latency of a finished RPC.
+fn finish(
+    span: &tracing::Span,
+    method: &'static str,
+    started: Instant,
+    answer: Result<(), &Status>,
+) {
+    let code = answer.err().map_or(Code::Ok, Status::code);
+    span.record("outcome", tracing::field::debug(code));
+    metrics::rpc(method, code, started.elapsed());
+    tracing::debug!("rpc done");
+}
+
+/// The caller's key namespace, put there by `auth::Authenticator`.
+fn namespace<T>(request: &Request<T>) -> Result<Namespace, Error> {
+    request
+        .extensions()
+        .get::<Namespace>()
+        .cloned()
+        .ok_or_else(|| Error::internal("no key namespace: the authenticator did not run"))
+}
+
+fn fail(span: &tracing::Span, error: &Error) -> Status {
+    span.record("error", error.label());
     report(error)
 }
 
@@ -88,55 +125,60 @@ async fn answer<T>(call: &Call, work: impl Future<Output = Result<T, Error>>) ->
 
 #[tonic::async_trait]
 impl Ledger for LedgerService {
-    #[tracing::instrument(name = "rpc", skip_all,
-        fields(method = "OpenAccount", key = Empty, outcome = Empty, replayed = Empty))]
+    #[tracing::instrument(name = "rpc", skip_all, fields(method = "OpenAccount",
+        key = Empty, outcome = Empty, error = Empty, replayed = Empty))]
     async fn open_account(
         &self,
         request: Request<pb::OpenAccountRequest>,
     ) -> Result<Response<pb::OpenAccountReply>, Status> {
-        let call = deadline::call_for(&request);
-        let (key, command) = request::open_account(request.into_inner())
-            .map_err(|e| finish_with(&tracing::Span::current(), &e))?;
-        self.keyed(call, key, command).await
+        self.keyed("OpenAccount", request, request::open_account)
+            .await
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(method = "Credit",
-        account_id = request.get_ref().account_id, key = Empty, outcome = Empty, replayed = Empty))]
+        account_id = request.get_ref().account_id, key = Empty, outcome = Empty, error = Empty,
+        replayed = Empty))]
     async fn credit(
         &self,
         request: Request<pb::CreditRequest>,
     ) -> Result<Response<pb::CreditReply>, Status> {
-        let call = deadline::call_for(&request);
-        let (key, command) = request::posting(EntryKind::Credit, request.into_inner().into())
-            .map_err(|e| finish_with(&tracing::Span::current(), &e))?;
-        self.keyed(call, key, command).await
+        self.keyed("Credit", request, |r| {
+            request::posting(EntryKind::Credit, r.into())
+        })
+        .await
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(method = "Charge",
-        account_id = request.get_ref().account_id, key = Empty, outcome = Empty, replayed = Empty))]
+        account_id = request.get_ref().account_id, key = Empty, outcome = Empty, error = Empty,
+        replayed = Empty))]
     async fn charge(
         &self,
         request: Request<pb::ChargeRequest>,
     ) -> Result<Response<pb::ChargeReply>, Status> {
-        let call = deadline::call_for(&request);
-        let (key, command) = request::posting(EntryKind::Charge, request.into_inner().into())
-            .map_err(|e| finish_with(&tracing::Span::current(), &e))?;
-        self.keyed(call, key, command).await
+        self.keyed("Charge", request, |r| {
+            request::posting(EntryKind::Charge, r.into())
+        })
+        .await
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(method = "GetAccount",
-        account_id = request.get_ref().account_id, outcome = Empty))]
+        account_id = request.get_ref().account_id, outcome = Empty, error = Empty))]
     async fn get_account(
         &self,
         request: Request<pb::GetAccountRequest>,
     ) -> Result<Response<pb::Account>, Status> {
+        let started = Instant::now();
         let span = tracing::Span::current();
         let call = deadline::call_for(&request);
-        let id = request::account_id(*request.get_ref()).map_err(|e| finish_with(&span, &e))?;
-        let account = answer(&call, self.db.get_account(&call, id))
-            .await
-            .map_err(|e| finish_with(&span, &e))?;
-        span.record("outcome", tracing::field::debug(tonic::Code::Ok));
-        Ok(Response::new(outcome::account_message(&account)))
+        let read = async {
+            let id = request::account_id(*request.get_ref())?;
+            answer(&call, self.db.get_account(&call, id)).await
+        }
+        .await;
+        let rendered = read
+            .map(|account| Response::new(outcome::account_message(&account)))
+            .map_err(|e| fail(&span, &e));
+        finish(&span, "GetAccount", started, rendered.as_ref().map(drop));
+        rendered
     }
 }

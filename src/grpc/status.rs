@@ -22,6 +22,16 @@ const UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
 /// The suggested wait before retrying after conflicts outlasted internal retries.
 const CONFLICT_RETRY: Duration = Duration::from_millis(100);
 
+/// Refuses a call that did not authenticate; nothing else ran.
+pub fn unauthenticated(why: &str) -> Status {
+    with_info(
+        Code::Unauthenticated,
+        format!("{why}: send `authorization: Bearer <token>`"),
+        "UNAUTHENTICATED",
+        [],
+    )
+}
+
 /// Logs an error once, at the level its class deserves, and maps it. Internal
 /// detail stays in the log.
 pub(super) fn report(error: &Error) -> Status {

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use bytes::{Buf as _, BufMut as _, Bytes};
 use futures::FutureExt as _;
-use ledger::app::{Application, Settings};
+use ledger::app::{Application, Settings, TlsIdentity};
+use ledger::auth::Tokens;
 use ledger::db::{BeforeCommit, BeforeCommitEvent, Limits, PoolSettings};
 use ledger::managed::{ManagedOptions, ManagedServer};
 use ledger::proto::pb;
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
 
 /// The MySQL server the tests run against, as a URL without a database name:
 /// `LEDGER_TEST_DATABASE_URL` if set, else one private server for the whole run.
@@ -184,39 +186,61 @@ impl TestDb {
         conn.query_first(query).await.unwrap().unwrap_or(0)
     }
 
-    /// Probes on this test's database waiting for a key row's lock. MySQL lists
-    /// every waiting lock in `performance_schema.data_locks`; MariaDB has no such
-    /// table and its INNODB_TRX does not list every waiting transaction, so there a
-    /// probe counts as parked while it is still executing: with the original held
-    /// at the gate it can only be waiting for the original's row.
-    async fn parked_probes_on(conn: &mut mysql_async::Conn) -> u64 {
-        let query = if is_mariadb(conn).await {
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-             WHERE DB = DATABASE() AND INFO LIKE 'INSERT INTO idempotency_keys%'"
+    /// Statements on this test's database waiting for a row lock of `table`
+    /// (`idempotency_keys`: probes; `accounts`: account locks). MySQL lists every
+    /// waiting lock in `performance_schema.data_locks`; MariaDB has no such table
+    /// and its INNODB_TRX does not list every waiting transaction, so there a
+    /// statement counts while it is still executing: while the test holds the row
+    /// it can only be waiting.
+    async fn waiting_on_with(conn: &mut mysql_async::Conn, table: &str) -> u64 {
+        if is_mariadb(conn).await {
+            let pattern = match table {
+                "idempotency_keys" => "INSERT INTO idempotency_keys%",
+                "accounts" => "%FROM `accounts`%FOR UPDATE%",
+                other => panic!("no statement pattern for {other}"),
+            };
+            conn.exec_first(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                 WHERE DB = DATABASE() AND INFO LIKE ?",
+                (pattern,),
+            )
+            .await
+            .unwrap()
+            .unwrap_or(0)
         } else {
-            "SELECT COUNT(*) FROM performance_schema.data_locks \
-             WHERE OBJECT_SCHEMA = DATABASE() AND OBJECT_NAME = 'idempotency_keys' \
-             AND LOCK_STATUS = 'WAITING'"
-        };
-        conn.query_first(query).await.unwrap().unwrap_or(0)
+            conn.exec_first(
+                "SELECT COUNT(*) FROM performance_schema.data_locks \
+                 WHERE OBJECT_SCHEMA = DATABASE() AND OBJECT_NAME = ? AND LOCK_STATUS = 'WAITING'",
+                (table,),
+            )
+            .await
+            .unwrap()
+            .unwrap_or(0)
+        }
     }
 
+    /// Probes waiting for a key row held by another transaction.
     pub async fn parked_probes(&self) -> u64 {
-        Self::parked_probes_on(&mut self.sql().await).await
+        Self::waiting_on_with(&mut self.sql().await, "idempotency_keys").await
     }
 
     /// Polls until `n` probes are parked; fails after 30 s.
     pub async fn until_parked(&self, n: u64) {
+        self.until_waiting_on("idempotency_keys", n).await;
+    }
+
+    /// Polls until `n` statements wait for a row lock of `table`; fails after 30 s.
+    pub async fn until_waiting_on(&self, table: &str, n: u64) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         let mut conn = self.sql().await;
         loop {
-            let parked = Self::parked_probes_on(&mut conn).await;
-            if parked >= n {
+            let waiting = Self::waiting_on_with(&mut conn, table).await;
+            if waiting >= n {
                 return;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "only {parked} of {n} probes reached the lock wait"
+                "only {waiting} of {n} statements reached the lock wait on {table}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -273,6 +297,10 @@ pub struct Config {
     pub pool_timeout: Duration,
     pub max_attempts: u32,
     pub gate: Option<Gate>,
+    pub auth: Option<Tokens>,
+    pub tls: Option<TlsIdentity>,
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    pub max_message_bytes: usize,
 }
 
 impl Default for Config {
@@ -283,6 +311,10 @@ impl Default for Config {
             pool_timeout: Duration::from_secs(10),
             max_attempts: 10,
             gate: None,
+            auth: None,
+            tls: None,
+            metrics_listen: None,
+            max_message_bytes: 65_536,
         }
     }
 }
@@ -313,20 +345,21 @@ impl TestApp {
 
     pub async fn spawn_with(db: &TestDb, config: Config) -> Self {
         init_logs();
-        let settings = Settings {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            database_url: db.url.clone(),
-            pool: PoolSettings {
-                size: config.pool_size,
-                checkout_timeout: config.pool_timeout,
-            },
-            limits: Limits {
-                lock_wait: config.lock_wait,
-                max_attempts: config.max_attempts,
-            },
+        let mut settings = Settings::new("127.0.0.1:0".parse().unwrap(), db.url.clone());
+        settings.pool = PoolSettings {
+            size: config.pool_size,
+            checkout_timeout: config.pool_timeout,
         };
+        settings.limits = Limits {
+            lock_wait: config.lock_wait,
+            max_attempts: config.max_attempts,
+        };
+        settings.auth = config.auth;
+        settings.tls = config.tls;
+        settings.metrics_listen = config.metrics_listen;
+        settings.max_message_bytes = config.max_message_bytes;
         let hook = config.gate.map(Gate::hook);
-        let app = Application::build(&settings, hook)
+        let app = Application::build(settings, hook)
             .await
             .expect("app builds");
         let addr = app.local_addr();
@@ -541,5 +574,113 @@ impl Gate {
             }
             .boxed()
         })
+    }
+}
+
+/// The `ledger` binary, run as a separate process.
+pub struct LedgerProcess {
+    child: tokio::process::Child,
+    pub addr: SocketAddr,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl LedgerProcess {
+    /// `ledger serve` on `db`, on a free port; returns once it reports SERVING.
+    pub async fn serve(db: &TestDb, extra: &[&str]) -> Self {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+            .args([
+                "serve",
+                "--database-url",
+                &db.url,
+                "--listen",
+                &addr.to_string(),
+            ])
+            .args(extra)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .kill_on_drop(true)
+            .spawn()
+            .expect("ledger starts");
+        let process = Self { child, addr };
+        process
+            .until_health(tonic_health::pb::health_check_response::ServingStatus::Serving)
+            .await;
+        process
+    }
+
+    pub fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect_lazy()
+    }
+
+    pub async fn until_health(&self, status: ServingStatus) {
+        until_health(self.addr, status).await;
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = i32::try_from(self.child.id().expect("running")).unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+    }
+
+    pub async fn wait(mut self, limit: Duration) -> std::process::ExitStatus {
+        tokio::time::timeout(limit, self.child.wait())
+            .await
+            .expect("ledger exits in time")
+            .unwrap()
+    }
+}
+
+/// Runs a one-shot `ledger` command with logs off; returns its exit code and
+/// stderr.
+pub async fn run_ledger(args: &[&str]) -> (Option<i32>, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args(args)
+        .env("RUST_LOG", "off")
+        .env_remove("LEDGER_DATABASE_URL")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), output)
+        .await
+        .expect("ledger exits in time")
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Polls the health of `ledger.v1.Ledger` at `addr` until it is `status`; fails
+/// after 30 s.
+pub async fn until_health(addr: SocketAddr, status: ServingStatus) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_lazy();
+        let request = tonic_health::pb::HealthCheckRequest {
+            service: "ledger.v1.Ledger".into(),
+        };
+        let answer = tonic_health::pb::health_client::HealthClient::new(channel)
+            .check(request)
+            .await;
+        if answer.is_ok_and(|a| a.into_inner().status() == status) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "health never became {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -15,7 +15,12 @@ use tonic::Code;
 use tonic::transport::Channel;
 use tonic_types::StatusExt as _;
 
-use crate::helpers::{Config, TestApp, TestDb, assert_each_key_charged_once, charge, replayed};
+use tonic_health::pb::health_check_response::ServingStatus;
+
+use crate::helpers::{
+    Config, TestApp, TestDb, assert_each_key_charged_once, charge, replayed, run_ledger,
+    until_health,
+};
 
 /// Charges with new keys until stopped, retrying each key until it gets a final
 /// answer, as a caller that wants exactly-once must. Returns each key's amount.
@@ -122,8 +127,16 @@ async fn a_database_restart_loses_and_duplicates_nothing() {
 
     server.stop().await.unwrap();
     assert_unavailable_fast(&mut client, account).await;
+    until_health(app.addr, ServingStatus::NotServing).await;
+    let (code, _) = run_ledger(&["healthcheck", "--listen", &app.addr.to_string()]).await;
+    assert_eq!(
+        code,
+        Some(1),
+        "the healthcheck command fails while the database is down"
+    );
 
     server.restart().await.unwrap();
+    until_health(app.addr, ServingStatus::Serving).await;
     let after = client
         .charge(charge("after", account, 3))
         .await

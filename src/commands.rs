@@ -1,0 +1,125 @@
+//! The `ledger` subcommands.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+use crate::app::Application;
+use crate::config::{DatabaseArgs, HealthcheckArgs, MigrateArgs, ServeArgs};
+use crate::db::migrate;
+use crate::managed::{ManagedOptions, ManagedServer};
+
+/// The database the service uses on its private development server.
+const DEV_DATABASE: &str = "ledger";
+
+/// `ledger serve`: serves until SIGTERM or SIGINT, then drains and exits.
+pub async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    with_database(&args.database, |url| async move {
+        let app = Application::build(args.settings(url)?, None).await?;
+        app.run_until(shutdown_signal()).await
+    })
+    .await
+}
+
+/// `ledger migrate`: applies pending migrations and exits.
+pub async fn migrate(args: &MigrateArgs) -> anyhow::Result<()> {
+    with_database(&args.database, |url| async move {
+        migrate::wait_for_database(&url, args.database.connect_timeout).await?;
+        let applied = migrate::run_migrations(&url).await?;
+        tracing::info!(database = %migrate::describe(&url), ?applied, "migrations applied");
+        Ok(())
+    })
+    .await
+}
+
+/// `ledger healthcheck`: exit 0 if the server reports SERVING, 1 otherwise.
+pub async fn healthcheck(args: &HealthcheckArgs) -> ExitCode {
+    match check_health(args).await {
+        Ok(ServingStatus::Serving) => ExitCode::SUCCESS,
+        Ok(status) => {
+            eprintln!("{}: {}", args.target(), status.as_str_name());
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("{}: {e:#}", args.target());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn check_health(args: &HealthcheckArgs) -> anyhow::Result<ServingStatus> {
+    let scheme = if args.tls_ca.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", args.target()))?
+        .connect_timeout(args.timeout)
+        .timeout(args.timeout);
+    if let Some(ca) = &args.tls_ca {
+        let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
+        endpoint = endpoint.tls_config(
+            ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(pem))
+                .domain_name(&args.tls_domain),
+        )?;
+    }
+    let channel: Channel = endpoint.connect().await.context("cannot connect")?;
+    let response = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: args.service.clone(),
+        })
+        .await
+        .context("health check failed")?;
+    Ok(response.into_inner().status())
+}
+
+/// Runs `work` on the configured database, or, without a URL, on the private
+/// development server in the data directory, stopping that server afterwards.
+async fn with_database<F, Fut>(args: &DatabaseArgs, work: F) -> anyhow::Result<()>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    if let Some(url) = &args.database_url {
+        return work(url.clone()).await;
+    }
+    let dir = &args.data_dir;
+    tracing::warn!(
+        data_dir = %dir.display(),
+        "DEVELOPMENT SETUP: no --database-url given, so ledger runs a private database \
+         server in the data directory; pass --database-url (LEDGER_DATABASE_URL) in production"
+    );
+    let mut server = ManagedServer::start(ManagedOptions::in_dir(dir))
+        .await
+        .context("cannot run the development database")?;
+    tracing::info!(url = %server.url(DEV_DATABASE), flavor = ?server.flavor(), "development database ready");
+    let outcome = work(server.url(DEV_DATABASE)).await;
+    server
+        .stop()
+        .await
+        .context("stopping the development database")?;
+    outcome
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; stopping on SIGINT only");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutdown signal received");
+}

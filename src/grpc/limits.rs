@@ -1,0 +1,62 @@
+//! Requests larger than the configured maximum are refused with RESOURCE_EXHAUSTED,
+//! the code gRPC specifies for it, before any work. tonic checks each message's
+//! length prefix against `max_decoding_message_size` but answers OUT_OF_RANGE; this
+//! wrapper gives that answer the right code and the usual `ErrorInfo`. The ledger
+//! itself never answers OUT_OF_RANGE, so nothing else is renamed.
+
+use std::collections::HashMap;
+use std::task::{Context, Poll};
+
+use futures::FutureExt as _;
+use futures::future::Map;
+use tonic::server::NamedService;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt as _};
+use tower::Service;
+
+use super::status::DOMAIN;
+
+#[derive(Debug, Clone)]
+pub struct ResourceExhausted<S>(pub S);
+
+impl<S: NamedService> NamedService for ResourceExhausted<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+type Answer<B, E> = Result<http::Response<B>, E>;
+
+impl<S, Req, B> Service<Req> for ResourceExhausted<S>
+where
+    S: Service<Req, Response = http::Response<B>>,
+    B: Default,
+{
+    type Response = http::Response<B>;
+    type Error = S::Error;
+    type Future = Map<S::Future, fn(Answer<B, S::Error>) -> Answer<B, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        self.0.call(request).map(rename)
+    }
+}
+
+fn rename<B: Default, E>(answer: Answer<B, E>) -> Answer<B, E> {
+    let response = answer?;
+    let out_of_range = response
+        .headers()
+        .get("grpc-status")
+        .is_some_and(|v| v.as_bytes() == b"11");
+    if !out_of_range {
+        return Ok(response);
+    }
+    let details = ErrorDetails::with_error_info("MESSAGE_TOO_LARGE", DOMAIN, HashMap::new());
+    Ok(Status::with_error_details(
+        Code::ResourceExhausted,
+        "the request message is larger than the server accepts",
+        details,
+    )
+    .into_http())
+}

@@ -1,0 +1,68 @@
+//! The gRPC health status follows the database: `ledger.v1.Ledger` and the
+//! overall service ("") are SERVING only while the database answers.
+
+use std::time::Duration;
+
+use diesel_async::RunQueryDsl as _;
+use tokio_util::sync::CancellationToken;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use crate::db::Pool;
+use crate::telemetry::metrics;
+
+/// The service names whose status is reported: the overall server and the API.
+pub const SERVICES: [&str; 2] = ["", "ledger.v1.Ledger"];
+
+/// How often the database is checked, and the longest one check may take: a
+/// database that goes away shows as NOT_SERVING within about twice this.
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+pub async fn set_all(reporter: &HealthReporter, status: ServingStatus) {
+    for service in SERVICES {
+        reporter.set_service_status(service, status).await;
+    }
+}
+
+/// Checks the database every [`CHECK_INTERVAL`] until `stop`, reporting changes,
+/// and refreshes the pool gauges.
+pub async fn watch_database(pool: Pool, reporter: HealthReporter, stop: CancellationToken) {
+    let mut up = true;
+    let mut ticks = tokio::time::interval(CHECK_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let now_up = answers(&pool).await;
+        let state = pool.state();
+        metrics::pool(
+            state.idle_connections,
+            state.connections - state.idle_connections,
+        );
+        metrics::database_up(now_up);
+        if now_up != up && !stop.is_cancelled() {
+            up = now_up;
+            if up {
+                tracing::info!("database answers again: SERVING");
+                set_all(&reporter, ServingStatus::Serving).await;
+            } else {
+                tracing::warn!("database does not answer: NOT_SERVING");
+                set_all(&reporter, ServingStatus::NotServing).await;
+            }
+        }
+    }
+}
+
+async fn answers(pool: &Pool) -> bool {
+    let check = async {
+        let mut conn = pool.checkout(Some(CHECK_INTERVAL)).await.ok()?;
+        diesel::sql_query("SELECT 1").execute(&mut *conn).await.ok()
+    };
+    tokio::time::timeout(CHECK_INTERVAL, check)
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+}

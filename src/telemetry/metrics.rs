@@ -1,0 +1,113 @@
+//! Every metric the service records, by name, and the Prometheus exporter.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::PrometheusBuilder;
+
+const RPCS: &str = "ledger_rpcs_total";
+const RPC_SECONDS: &str = "ledger_rpc_duration_seconds";
+const REPLAYS: &str = "ledger_replays_total";
+const KEY_REUSES: &str = "ledger_key_reuses_total";
+const LOCK_WAIT_TIMEOUTS: &str = "ledger_lock_wait_timeouts_total";
+const RETRIES: &str = "ledger_transaction_retries_total";
+const POOL_CONNECTIONS: &str = "ledger_db_pool_connections";
+const DB_UP: &str = "ledger_db_up";
+
+/// Latency buckets, in seconds: a durable commit takes about a millisecond, a lock
+/// wait up to the configured bound.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Serves `/metrics` on `addr` and makes it the process's metrics recorder.
+pub fn install(addr: SocketAddr) -> anyhow::Result<()> {
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full(RPC_SECONDS.into()),
+            LATENCY_BUCKETS,
+        )?
+        .install()
+        .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+    describe();
+    Ok(())
+}
+
+fn describe() {
+    describe_counter!(RPCS, "RPCs answered, by method and gRPC status code");
+    describe_histogram!(
+        RPC_SECONDS,
+        metrics::Unit::Seconds,
+        "RPC latency, by method"
+    );
+    describe_counter!(
+        REPLAYS,
+        "keyed calls answered from a stored outcome, by method"
+    );
+    describe_counter!(KEY_REUSES, "keys reused for a different request, by method");
+    describe_counter!(
+        LOCK_WAIT_TIMEOUTS,
+        "transactions that waited past the lock-wait bound, by the row waited on"
+    );
+    describe_counter!(RETRIES, "transactions retried whole, by reason");
+    describe_gauge!(POOL_CONNECTIONS, "database pool connections, by state");
+    describe_gauge!(DB_UP, "1 while the database answers the health check");
+}
+
+pub fn rpc(method: &'static str, code: tonic::Code, elapsed: Duration) {
+    counter!(RPCS, "method" => method, "code" => code_name(code)).increment(1);
+    histogram!(RPC_SECONDS, "method" => method).record(elapsed.as_secs_f64());
+}
+
+pub fn replay(method: &'static str) {
+    counter!(REPLAYS, "method" => method).increment(1);
+}
+
+pub fn key_reuse(method: &'static str) {
+    counter!(KEY_REUSES, "method" => method).increment(1);
+}
+
+/// `row` is `key` or `account`.
+pub fn lock_wait_timeout(row: &'static str) {
+    counter!(LOCK_WAIT_TIMEOUTS, "row" => row).increment(1);
+}
+
+/// `reason` is `conflict` (deadlock, certification failure) or `connection`.
+pub fn retry(reason: &'static str) {
+    counter!(RETRIES, "reason" => reason).increment(1);
+}
+
+pub fn pool(idle: u32, in_use: u32) {
+    gauge!(POOL_CONNECTIONS, "state" => "idle").set(f64::from(idle));
+    gauge!(POOL_CONNECTIONS, "state" => "in_use").set(f64::from(in_use));
+}
+
+pub fn database_up(up: bool) {
+    gauge!(DB_UP).set(if up { 1.0 } else { 0.0 });
+}
+
+/// The canonical upper-case name of a code, as gRPC documents them.
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code as C;
+    match code {
+        C::Ok => "OK",
+        C::Cancelled => "CANCELLED",
+        C::Unknown => "UNKNOWN",
+        C::InvalidArgument => "INVALID_ARGUMENT",
+        C::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        C::NotFound => "NOT_FOUND",
+        C::AlreadyExists => "ALREADY_EXISTS",
+        C::PermissionDenied => "PERMISSION_DENIED",
+        C::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        C::FailedPrecondition => "FAILED_PRECONDITION",
+        C::Aborted => "ABORTED",
+        C::OutOfRange => "OUT_OF_RANGE",
+        C::Unimplemented => "UNIMPLEMENTED",
+        C::Internal => "INTERNAL",
+        C::Unavailable => "UNAVAILABLE",
+        C::DataLoss => "DATA_LOSS",
+        C::Unauthenticated => "UNAUTHENTICATED",
+    }
+}

@@ -1,0 +1,262 @@
+//! The `ledger` binary as operators run it: configuration errors, migrations,
+//! the health check command and graceful shutdown.
+
+use std::time::Duration;
+
+use ledger::proto::pb;
+use ledger::proto::pb::ledger_client::LedgerClient;
+use mysql_async::prelude::Queryable as _;
+use nix::sys::signal::Signal;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+use crate::helpers::{LedgerProcess, TestApp, TestDb, charge, run_ledger};
+
+/// Polls until nothing accepts connections on `addr`; fails after 30 s.
+async fn until_refused(addr: std::net::SocketAddr) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(addr).await.is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the listener never closed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A bad setting stops the process at start with one line naming it.
+async fn refuses(args: &[&str], expected_code: i32, mentions: &str) {
+    let (code, stderr) = run_ledger(args).await;
+    assert_eq!(code, Some(expected_code), "{args:?}: {stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "{args:?}: one line, got {stderr:?}"
+    );
+    assert!(
+        stderr.starts_with("error:") && stderr.contains(mentions),
+        "{args:?}: {stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_settings_stop_the_start_with_one_clear_line() {
+    let db = TestDb::new();
+    let url = db.url.clone();
+    refuses(
+        &["serve", "--database-url", &url, "--pool-size", "0"],
+        2,
+        "--pool-size",
+    )
+    .await;
+    refuses(
+        &["serve", "--database-url", "not a url"],
+        2,
+        "--database-url",
+    )
+    .await;
+    refuses(
+        &["serve", "--database-url", "mysql://root:pw@127.0.0.1:3306"],
+        2,
+        "must name a database",
+    )
+    .await;
+    refuses(
+        &[
+            "serve",
+            "--database-url",
+            &url,
+            "--lock-wait-timeout",
+            "500ms",
+        ],
+        2,
+        "whole seconds",
+    )
+    .await;
+    refuses(
+        &[
+            "serve",
+            "--database-url",
+            &url,
+            "--auth-tokens-file",
+            "/nonexistent/tokens",
+        ],
+        2,
+        "cannot read",
+    )
+    .await;
+    refuses(
+        &[
+            "serve",
+            "--database-url",
+            &url,
+            "--tls-cert",
+            "/nonexistent/cert.pem",
+            "--tls-key",
+            "/nonexistent/key.pem",
+        ],
+        1,
+        "cannot read /nonexistent/cert.pem",
+    )
+    .await;
+    refuses(
+        &[
+            "serve",
+            "--database-url",
+            &url,
+            "--tls-cert",
+            "/nonexistent/cert.pem",
+        ],
+        2,
+        "--tls-key",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_is_retried_then_reported() {
+    let started = tokio::time::Instant::now();
+    let (code, stderr) = run_ledger(&[
+        "serve",
+        "--database-url",
+        "mysql://root:secret@127.0.0.1:1/ledger",
+        "--connect-timeout",
+        "2s",
+    ])
+    .await;
+    let waited = started.elapsed();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the database at 127.0.0.1:1/ledger"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("secret"),
+        "the password stays out of messages: {stderr}"
+    );
+    assert!(
+        waited >= Duration::from_secs(1),
+        "kept trying for the connect timeout: {waited:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_then_serve_without_migrating() {
+    let db = TestDb::new();
+    let (code, stderr) = run_ledger(&["serve", "--database-url", &db.url, "--no-migrate"]).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("run `ledger migrate` first"), "{stderr}");
+
+    let (code, stderr) = run_ledger(&["migrate", "--database-url", &db.url]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let tables = db
+        .count("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('accounts', 'entries', 'idempotency_keys')")
+        .await;
+    assert_eq!(tables, 3);
+
+    let server = LedgerProcess::serve(&db, &["--no-migrate"]).await;
+    let open = pb::OpenAccountRequest {
+        idempotency_key: "o".into(),
+        currency: "USD".into(),
+    };
+    LedgerClient::new(server.channel())
+        .open_account(open)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_healthcheck_command_reports_serving() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let (code, stderr) = run_ledger(&["healthcheck", "--listen", &app.addr.to_string()]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, _) =
+        run_ledger(&["healthcheck", "--listen", "127.0.0.1:1", "--timeout", "1s"]).await;
+    assert_eq!(code, Some(1), "nothing listens there");
+}
+
+/// SIGTERM while charges wait on a locked account: the server reports NOT_SERVING
+/// while it still serves, stops accepting calls, lets the ones in flight finish,
+/// and exits 0. Every call either completed or never started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_drains_calls_in_flight() {
+    let db = TestDb::new();
+    let server = LedgerProcess::serve(
+        &db,
+        &[
+            "--shutdown-delay",
+            "1s",
+            "--shutdown-grace",
+            "20s",
+            "--lock-wait-timeout",
+            "30s",
+        ],
+    )
+    .await;
+    let mut client = LedgerClient::new(server.channel());
+    let open = pb::OpenAccountRequest {
+        idempotency_key: "open".into(),
+        currency: "USD".into(),
+    };
+    let account = client
+        .open_account(open)
+        .await
+        .unwrap()
+        .into_inner()
+        .account
+        .unwrap()
+        .account_id;
+    let fund = pb::CreditRequest {
+        idempotency_key: "fund".into(),
+        account_id: account,
+        amount: 1000,
+        currency: "USD".into(),
+        description: String::new(),
+    };
+    client.credit(fund).await.unwrap();
+
+    let mut holder = db.sql().await;
+    holder.query_drop("BEGIN").await.unwrap();
+    holder
+        .exec_drop(
+            "SELECT balance FROM accounts WHERE account_id = ? FOR UPDATE",
+            (account,),
+        )
+        .await
+        .unwrap();
+    let in_flight: Vec<_> = (0..8)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .charge(charge(&format!("flight-{i}"), account, 10))
+                    .await
+            })
+        })
+        .collect();
+    db.until_waiting_on("accounts", 8).await;
+
+    let addr = server.addr;
+    server.signal(Signal::SIGTERM);
+    server.until_health(ServingStatus::NotServing).await;
+    until_refused(addr).await;
+    // Only now, with the listener closed, can the calls in flight proceed.
+    holder.query_drop("ROLLBACK").await.unwrap();
+    for call in in_flight {
+        call.await.unwrap().expect("a call in flight completes");
+    }
+    let status = server.wait(Duration::from_secs(25)).await;
+    assert!(status.success(), "exit status {status:?}");
+
+    let late = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await;
+    assert!(late.is_err(), "the listener is closed");
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM entries WHERE kind = 1")
+            .await,
+        8
+    );
+    assert_eq!(db.balance(account).await, 1000 - 80);
+}

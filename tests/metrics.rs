@@ -1,0 +1,176 @@
+//! Prometheus metrics, scraped over HTTP after calls whose counts are known. A
+//! test binary of its own: the metrics recorder is global to a process, so no
+//! other test may record into it.
+
+#![allow(unreachable_pub, missing_debug_implementations, dead_code)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+#[path = "api/helpers.rs"]
+mod helpers;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use helpers::{Config, Gate, TestApp, TestDb, charge, raw_call};
+use mysql_async::prelude::Queryable as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// `name{labels}` -> value of every integral series, from the Prometheus text
+/// format (counts and gauges; histogram sums are left out).
+async fn scrape(addr: std::net::SocketAddr) -> HashMap<String, u64> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (_, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter_map(|(series, value)| Some((series.to_owned(), value.parse().ok()?)))
+        .collect()
+}
+
+fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn metrics_count_calls_replays_reuses_lock_waits_and_retries() {
+    let db = TestDb::new();
+    let metrics = free_addr();
+    let gate = Gate::new("rb");
+    let config = Config {
+        metrics_listen: Some(metrics),
+        lock_wait: Duration::from_secs(1),
+        pool_size: 12,
+        gate: Some(gate.clone()),
+        ..Config::default()
+    };
+    let app = TestApp::spawn_with(&db, config).await;
+    let other = TestApp::spawn_with(
+        &db,
+        Config {
+            pool_size: 12,
+            ..Config::default()
+        },
+    )
+    .await;
+    let account = app.funded_account("USD", 1_000).await;
+    known_calls(&db, &app, account).await;
+    deadlock_retries(&db, &app, &other, &gate, account).await;
+
+    let m = scrape(metrics).await;
+    let value = |series: &str| m.get(series).copied().unwrap_or(0);
+    assert_eq!(
+        value(r#"ledger_rpcs_total{method="OpenAccount",code="OK"}"#),
+        1
+    );
+    assert_eq!(value(r#"ledger_rpcs_total{method="Credit",code="OK"}"#), 1);
+    assert_eq!(
+        value(r#"ledger_rpcs_total{method="GetAccount",code="OK"}"#),
+        1
+    );
+    assert_eq!(
+        value(r#"ledger_rpcs_total{method="Charge",code="OK"}"#),
+        8,
+        "c1 twice, 6 duplicates"
+    );
+    assert_eq!(
+        value(r#"ledger_rpcs_total{method="Charge",code="FAILED_PRECONDITION"}"#),
+        1
+    );
+    assert_eq!(
+        value(r#"ledger_rpcs_total{method="Charge",code="INVALID_ARGUMENT"}"#),
+        1
+    );
+    assert_eq!(
+        value(r#"ledger_rpcs_total{method="Charge",code="ABORTED"}"#),
+        1
+    );
+    assert_eq!(
+        value(r#"ledger_rpc_duration_seconds_count{method="Charge"}"#),
+        11
+    );
+    assert_eq!(
+        value(r#"ledger_replays_total{method="Charge"}"#),
+        6,
+        "c1 once, 5 duplicates"
+    );
+    assert_eq!(value(r#"ledger_key_reuses_total{method="Charge"}"#), 1);
+    assert_eq!(
+        value(r#"ledger_lock_wait_timeouts_total{row="account"}"#),
+        1
+    );
+    assert!(
+        value(r#"ledger_transaction_retries_total{reason="conflict"}"#) >= 1,
+        "{m:?}"
+    );
+    assert!(
+        m.contains_key(r#"ledger_db_pool_connections{state="idle"}"#),
+        "{m:?}"
+    );
+    assert_eq!(value("ledger_db_up"), 1);
+}
+
+/// OpenAccount, Credit, a charge and its replay, a reused key, an invalid request,
+/// a read, and a charge refused after the lock-wait bound on a held account.
+async fn known_calls(db: &TestDb, app: &TestApp, account: u64) {
+    let mut client = app.client().await;
+    client.charge(charge("c1", account, 1)).await.unwrap();
+    client.charge(charge("c1", account, 1)).await.unwrap();
+    client.charge(charge("c1", account, 2)).await.unwrap_err();
+    client.charge(charge("c2", account, 0)).await.unwrap_err();
+    let read = ledger::proto::pb::GetAccountRequest {
+        account_id: account,
+    };
+    client.get_account(read).await.unwrap();
+
+    let mut holder = db.sql().await;
+    holder.query_drop("BEGIN").await.unwrap();
+    holder
+        .exec_drop(
+            "SELECT balance FROM accounts WHERE account_id = ? FOR UPDATE",
+            (account,),
+        )
+        .await
+        .unwrap();
+    client.charge(charge("busy", account, 1)).await.unwrap_err();
+    holder.query_drop("ROLLBACK").await.unwrap();
+}
+
+/// Six duplicates parked on an original that rolls back: InnoDB resolves their
+/// race for the row with deadlocks, which are retried.
+async fn deadlock_retries(db: &TestDb, app: &TestApp, other: &TestApp, gate: &Gate, account: u64) {
+    let original = tokio::spawn(raw_call(
+        app.channel().await,
+        "Charge",
+        charge("rb", account, 5),
+    ));
+    gate.reached().await;
+    let channel = other.channel().await;
+    let duplicates: Vec<_> = (0..6)
+        .map(|_| {
+            tokio::spawn(raw_call(
+                channel.clone(),
+                "Charge",
+                charge("rb", account, 5),
+            ))
+        })
+        .collect();
+    db.until_parked(6).await;
+    original.abort();
+    for d in duplicates {
+        d.await.unwrap().unwrap();
+    }
+}
