@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Checks what can be checked of the Docker files without a Docker engine:
+# - the Dockerfile builds with exactly `cargo build --release --locked`, and that
+#   command succeeds here (its binary is the one the image ships);
+# - every file the Dockerfile COPYs from the context exists;
+# - every LEDGER_* setting in the Dockerfile and docker-compose.yml is one that
+#   `ledger serve --help` documents, and the compose file has the shape the README
+#   promises (MySQL 8.4 with a healthcheck, the ledger waiting for it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail() { echo "check-docker: $*" >&2; exit 1; }
+
+builds=$(grep -oE 'cargo build[^&\\]*' Dockerfile | sed 's/[[:space:]]*$//' | sort -u)
+[ "$builds" = "cargo build --release --locked" ] || fail "unexpected build commands: $builds"
+echo "building as the Dockerfile does: $builds"
+$builds
+
+# COPY sources: every word after COPY but the last (the destination), skipping --from copies.
+grep -E '^COPY ' Dockerfile | grep -v -- '--from=' | while read -r _ rest; do
+  set -- $rest
+  while [ $# -gt 1 ]; do
+    [ -e "$1" ] || fail "Dockerfile COPYs $1, which does not exist"
+    shift
+  done
+done
+
+documented=$(target/release/ledger serve --help | grep -oE 'env: LEDGER_[A-Z_]+' | sed 's/env: //' | sort -u)
+used=$( (grep -oE 'LEDGER_[A-Z_]+' Dockerfile docker-compose.yml | cut -d: -f2) | sort -u)
+for key in $used; do
+  grep -qx "$key" <<<"$documented" || fail "$key is not a setting of ledger serve"
+done
+
+python3 - <<'PY'
+import sys
+try:
+    import yaml
+except ImportError:
+    import subprocess
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "pyyaml"])
+    import yaml
+compose = yaml.safe_load(open("docker-compose.yml"))
+services = compose["services"]
+mysql, ledger = services["mysql"], services["ledger"]
+assert mysql["image"].startswith("mysql:8.4"), mysql["image"]
+assert "test" in mysql["healthcheck"], "mysql needs a healthcheck"
+assert ledger["depends_on"]["mysql"]["condition"] == "service_healthy"
+url = ledger["environment"]["LEDGER_DATABASE_URL"]
+assert url.startswith("mysql://") and "@mysql:3306/" in url, url
+print("docker-compose.yml: ok")
+PY
+echo "Dockerfile: ok"
