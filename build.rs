@@ -14,6 +14,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out_dir.join("ledger_descriptor.bin"),
         prost::Message::encode_to_vec(&descriptors),
     )?;
-    tonic_prost_build::configure().compile_fds(descriptors)?;
+    tonic_prost_build::configure()
+        // Malformed requests are the caller's error: INVALID_ARGUMENT, not INTERNAL.
+        .codec_path("crate::grpc::codec::LedgerCodec")
+        .compile_fds(descriptors)?;
     Ok(())
 }

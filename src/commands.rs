@@ -9,7 +9,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::app::Application;
-use crate::config::{DatabaseArgs, HealthcheckArgs, MigrateArgs, ServeArgs};
+use crate::config::{AuditArgs, DatabaseArgs, HealthcheckArgs, MigrateArgs, ServeArgs};
 use crate::db::migrate;
 use crate::managed::{ManagedOptions, ManagedServer};
 
@@ -31,6 +31,17 @@ pub async fn migrate(args: &MigrateArgs) -> anyhow::Result<()> {
         migrate::wait_for_database(&url, args.database.connect_timeout).await?;
         let applied = migrate::run_migrations(&url).await?;
         tracing::info!(database = %migrate::describe(&url), ?applied, "migrations applied");
+        Ok(())
+    })
+    .await
+}
+
+/// `ledger audit`: prints every violation and a summary; fails if any.
+pub async fn audit(args: &AuditArgs) -> anyhow::Result<()> {
+    with_database(&args.database, |url| async move {
+        let report = crate::audit::audit(&url).await?;
+        println!("{report}");
+        anyhow::ensure!(report.passed(), "the ledger breaks its invariants");
         Ok(())
     })
     .await

@@ -45,6 +45,8 @@ pub enum Command {
     Migrate(MigrateArgs),
     /// Ask a running server's health service: exit 0 if SERVING, 1 otherwise
     Healthcheck(HealthcheckArgs),
+    /// Check the ledger's invariants on a live database; exit 1 on any violation
+    Audit(AuditArgs),
 }
 
 #[derive(Debug, Args)]
@@ -135,6 +137,12 @@ pub struct DatabaseArgs {
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
 }

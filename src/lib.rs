@@ -17,6 +17,7 @@
 //! - [`call`]: a call's deadline and cancellation, shared by the RPC handler and
 //!   the database task.
 //! - [`error`]: the one error type.
+//! - [`audit`]: the invariants, checked on a live database (`ledger audit`).
 //! - [`auth`]: optional bearer tokens, and the key namespace per client.
 //! - [`health`]: the gRPC health status, following the database.
 //! - [`managed`]: a private MySQL-compatible server for development and tests.
@@ -24,6 +25,7 @@
 //!   building and serving, and the `ledger` subcommands.
 
 pub mod app;
+pub mod audit;
 pub mod auth;
 pub mod call;
 pub mod commands;

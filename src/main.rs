@@ -14,6 +14,7 @@ async fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Serve(args) => commands::serve(args).await,
         Command::Migrate(args) => commands::migrate(args).await,
+        Command::Audit(args) => commands::audit(args).await,
         Command::Healthcheck(args) => return commands::healthcheck(args).await,
     };
     match result {

@@ -146,6 +146,14 @@ impl ManagedServer {
         self.flavor
     }
 
+    /// "MariaDB" or "MySQL".
+    pub fn flavor_name(&self) -> &'static str {
+        match self.flavor {
+            Flavor::MariaDb => "MariaDB",
+            Flavor::MySql => "MySQL",
+        }
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -9,6 +9,7 @@
 //! - `idempotency`, `accounts`, `entries`: one file per table.
 
 mod accounts;
+pub mod audit;
 mod entries;
 mod failure;
 mod idempotency;

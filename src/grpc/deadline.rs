@@ -1,8 +1,8 @@
 //! The caller's deadline, from the `grpc-timeout` request header.
 //!
-//! tonic itself answers CANCELLED the instant a `grpc-timeout` expires, so the
-//! service aims its own deadline slightly earlier and answers DEADLINE_EXCEEDED,
-//! the code the contract promises, first.
+//! tonic itself answers CANCELLED the instant a `grpc-timeout` expires, and the
+//! caller's own timer fires then too, so the service aims its own deadline a little
+//! earlier and answers DEADLINE_EXCEEDED, the code the contract promises, first.
 
 use std::time::Duration;
 
@@ -11,8 +11,10 @@ use tokio::time::Instant;
 use crate::call::Call;
 
 /// How much earlier than the caller's deadline the service gives up, to answer
-/// before tonic's own timeout fires.
-const ANSWER_MARGIN: Duration = Duration::from_millis(10);
+/// before the caller's (and tonic's) own timer fires: a twentieth of the timeout,
+/// within these bounds. The request may have queued before its handler ran.
+const MIN_ANSWER_MARGIN: Duration = Duration::from_millis(10);
+const MAX_ANSWER_MARGIN: Duration = Duration::from_millis(250);
 
 /// gRPC allows at most 8 digits of timeout value.
 const MAX_DIGITS: usize = 8;
@@ -23,7 +25,11 @@ pub(super) fn call_for<T>(request: &tonic::Request<T>) -> Call {
         .get("grpc-timeout")
         .and_then(|v| v.to_str().ok())
         .and_then(parse_grpc_timeout);
-    Call::new(timeout.map(|t| Instant::now() + t.saturating_sub(ANSWER_MARGIN)))
+    Call::new(timeout.map(|t| Instant::now() + t.saturating_sub(answer_margin(t))))
+}
+
+fn answer_margin(timeout: Duration) -> Duration {
+    (timeout / 20).clamp(MIN_ANSWER_MARGIN, MAX_ANSWER_MARGIN)
 }
 
 /// Parses `TimeoutValue TimeoutUnit` as the gRPC HTTP/2 protocol defines it.

@@ -9,9 +9,10 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Response, Status};
 
 use super::status::{REPLAYED_HEADER, from_decline, report};
+use crate::db::audit::StoredRow;
 use crate::error::Error;
 use crate::ledger::{
-    Account, Decline, Entry, EntryKind, KeyedOutcome, OutcomeEncoder, StoredOutcome,
+    Account, Decline, Entry, EntryKind, KeyedOutcome, Method, OutcomeEncoder, StoredOutcome,
 };
 use crate::proto::pb;
 
@@ -119,4 +120,78 @@ pub(super) fn render<M: Message + Default>(keyed: KeyedOutcome) -> Result<Respon
         Bytes::from(outcome.body),
         metadata,
     ))
+}
+
+/// Judges a stored outcome for `ledger audit`: a success must decode as its
+/// method's reply, and a Credit's or Charge's reply must describe the very entry
+/// its key produced; a decline must decode as a `google.rpc.Status` with the stored
+/// code and an `ErrorInfo` of this domain. `None` when all holds.
+pub fn audit_stored(row: &StoredRow) -> Option<String> {
+    let key = format!(
+        "key {:?} (namespace {:?})",
+        String::from_utf8_lossy(&row.idempotency_key),
+        String::from_utf8_lossy(&row.namespace)
+    );
+    let (Some(code), Some(body)) = (row.outcome_code, row.outcome.as_deref()) else {
+        return None; // reported by the set check "every key has an outcome"
+    };
+    let problem = match (Method::from_code(row.method), code) {
+        (None, _) => Some(format!("unknown method {}", row.method)),
+        (Some(_), 0) => audit_success(row, body),
+        (Some(_), code) => audit_decline(code, body),
+    };
+    problem.map(|p| format!("{key}: {p}"))
+}
+
+fn audit_success(row: &StoredRow, body: &[u8]) -> Option<String> {
+    let entry = match Method::from_code(row.method)? {
+        Method::OpenAccount => {
+            return match pb::OpenAccountReply::decode(body) {
+                Ok(pb::OpenAccountReply { account: Some(a) }) if a.account_id > 0 => None,
+                Ok(_) => Some("stored OpenAccount reply has no account".into()),
+                Err(e) => Some(format!("stored OpenAccount reply does not decode: {e}")),
+            };
+        }
+        Method::Credit => pb::CreditReply::decode(body).map(|r| (r.entry, pb::EntryKind::Credit)),
+        Method::Charge => pb::ChargeReply::decode(body).map(|r| (r.entry, pb::EntryKind::Charge)),
+    };
+    let (entry, kind) = match entry {
+        Ok((Some(entry), kind)) => (entry, kind),
+        Ok((None, _)) => return Some("stored reply has no entry".into()),
+        Err(e) => return Some(format!("stored reply does not decode: {e}")),
+    };
+    let stored = (
+        Some(entry.entry_id),
+        Some(entry.account_id),
+        Some(entry.amount),
+        Some(entry.balance_after),
+    );
+    let journal = (row.entry_id, row.account_id, row.amount, row.balance_after);
+    if stored != journal
+        || entry.kind() != kind
+        || entry.idempotency_key.as_bytes() != row.idempotency_key
+    {
+        return Some(format!(
+            "stored reply {stored:?} differs from its entry {journal:?}"
+        ));
+    }
+    None
+}
+
+fn audit_decline(code: i32, body: &[u8]) -> Option<String> {
+    use tonic_types::RpcStatusExt as _;
+    let status = match tonic_types::pb::Status::decode(body) {
+        Ok(status) => status,
+        Err(e) => return Some(format!("stored status does not decode: {e}")),
+    };
+    if status.code != code {
+        return Some(format!(
+            "stored status has code {}, its row {code}",
+            status.code
+        ));
+    }
+    match status.get_error_details().error_info() {
+        Some(info) if info.domain == super::DOMAIN => None,
+        _ => Some("stored status has no ErrorInfo of the ledger.v1 domain".into()),
+    }
 }

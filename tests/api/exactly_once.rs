@@ -120,11 +120,7 @@ async fn a_duplicate_of_a_rolled_back_original_does_the_work() {
     assert_eq!(entry.balance_after, 45);
     assert_eq!(db.balance(account).await, 45);
     assert_eq!(db.entries_for_key("req-99").await, 1);
-    assert_eq!(
-        db.open_transactions().await,
-        0,
-        "no transaction is left open"
-    );
+    db.until_no_open_transactions().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -170,6 +170,24 @@ impl TestDb {
             .expect("key row")
     }
 
+    /// Polls until no transaction is open on this test's database; fails after
+    /// 30 s. MariaDB refreshes its INNODB_TRX snapshot only when it was not read
+    /// for 100 ms, so the polls are spaced wider than that.
+    pub async fn until_no_open_transactions(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let open = self.open_transactions().await;
+            if open == 0 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{open} transactions stay open"
+            );
+        }
+    }
+
     /// Transactions open on this test's database. MySQL's INNODB_TRX cannot be
     /// read while a statement with binary parameters runs (it fails to convert the
     /// statement text), so there the transactions holding locks on this
@@ -188,10 +206,10 @@ impl TestDb {
 
     /// Statements on this test's database waiting for a row lock of `table`
     /// (`idempotency_keys`: probes; `accounts`: account locks). MySQL lists every
-    /// waiting lock in `performance_schema.data_locks`; MariaDB has no such table
-    /// and its INNODB_TRX does not list every waiting transaction, so there a
-    /// statement counts while it is still executing: while the test holds the row
-    /// it can only be waiting.
+    /// waiting lock in `performance_schema.data_locks`. MariaDB has no such table,
+    /// and its INNODB_TRX snapshot is refreshed only when it was not read for 100
+    /// ms, which a poll defeats; so there a statement counts while it is still
+    /// executing: while the test holds the row it can only be waiting.
     async fn waiting_on_with(conn: &mut mysql_async::Conn, table: &str) -> u64 {
         if is_mariadb(conn).await {
             let pattern = match table {
@@ -583,7 +601,7 @@ pub struct LedgerProcess {
     pub addr: SocketAddr,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -595,7 +613,14 @@ impl LedgerProcess {
     /// `ledger serve` on `db`, on a free port; returns once it reports SERVING.
     pub async fn serve(db: &TestDb, extra: &[&str]) -> Self {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
+        Self::serve_on(db, addr, extra).await
+    }
+
+    /// `ledger serve` on `db` at `addr`. It is killed when the test's thread ends
+    /// (`setpriv --pdeathsig`), so no server outlives a failed test.
+    pub async fn serve_on(db: &TestDb, addr: SocketAddr, extra: &[&str]) -> Self {
+        let child = tokio::process::Command::new("setpriv")
+            .args(["--pdeathsig", "KILL", "--", env!("CARGO_BIN_EXE_ledger")])
             .args([
                 "serve",
                 "--database-url",

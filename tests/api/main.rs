@@ -12,10 +12,13 @@
 
 mod helpers;
 
+mod audit;
 mod bounded_waits;
 mod declines;
 mod driver_trap;
 mod exactly_once;
+mod faults;
+mod hostile;
 mod operations;
 mod outage;
 mod process;
