@@ -138,7 +138,7 @@ impl Application {
                 "the database has pending migrations {pending:?}: run `ledger migrate` first"
             );
         }
-        let pool = db::pool::build(url, settings.pool);
+        let pool = db::pool::build(url, settings.pool, settings.limits.lock_wait);
         {
             let mut conn = pool
                 .get()

@@ -47,6 +47,8 @@ pub enum Command {
     Healthcheck(HealthcheckArgs),
     /// Check the ledger's invariants on a live database; exit 1 on any violation
     Audit(AuditArgs),
+    /// Load a running server over gRPC and report throughput and latency
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]

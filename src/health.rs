@@ -58,7 +58,11 @@ pub async fn watch_database(pool: Pool, reporter: HealthReporter, stop: Cancella
 async fn answers(pool: &Pool) -> bool {
     let check = async {
         let mut conn = pool.checkout(Some(CHECK_INTERVAL)).await.ok()?;
-        diesel::sql_query("SELECT 1").execute(&mut *conn).await.ok()
+        let answered = diesel::sql_query("SELECT 1").execute(&mut *conn).await;
+        if answered.is_err() {
+            crate::db::pool::discard(&mut conn);
+        }
+        answered.ok()
     };
     tokio::time::timeout(CHECK_INTERVAL, check)
         .await

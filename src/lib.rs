@@ -18,6 +18,7 @@
 //!   the database task.
 //! - [`error`]: the one error type.
 //! - [`audit`]: the invariants, checked on a live database (`ledger audit`).
+//! - [`bench`]: `ledger bench`, the load generator.
 //! - [`auth`]: optional bearer tokens, and the key namespace per client.
 //! - [`health`]: the gRPC health status, following the database.
 //! - [`managed`]: a private MySQL-compatible server for development and tests.
@@ -27,6 +28,7 @@
 pub mod app;
 pub mod audit;
 pub mod auth;
+pub mod bench;
 pub mod call;
 pub mod commands;
 pub mod config;

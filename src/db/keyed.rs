@@ -26,7 +26,7 @@ use diesel_async::{AnsiTransactionManager, RunQueryDsl, TransactionManager};
 
 use super::failure::{AtStep, AttemptError, Failure, Step, classify};
 use super::idempotency::{self, Claim};
-use super::pool::{CheckoutError, Conn, Pooled};
+use super::pool::{self, CheckoutError, Conn, Pooled};
 use super::{Persistence, accounts, entries};
 use crate::call::Call;
 use crate::error::Error;
@@ -121,22 +121,51 @@ async fn run_once(
 ) -> Result<KeyedOutcome, AttemptError> {
     let mut conn = checkout(db, call).await?;
     let conn: &mut Conn = &mut conn;
-    let lock_wait = Duration::from_secs(call.lock_wait_secs(db.inner.limits.lock_wait));
-
-    let began = async {
-        SetLockWait(lock_wait.as_secs())
-            .execute(conn)
-            .await
-            .at(Step::SetLockWait)?;
-        AnsiTransactionManager::begin_transaction(conn)
-            .await
-            .at(Step::Begin)
+    let bound = db.inner.limits.lock_wait.as_secs().max(1);
+    let lock_wait = call.lock_wait_secs(db.inner.limits.lock_wait);
+    let result = async {
+        // Connections rest at the bound (see `pool::build`); only a shorter
+        // deadline costs the statements that lower it and set it back.
+        if lock_wait != bound {
+            set_lock_wait(conn, lock_wait).await?;
+        }
+        let result = transaction(db, conn, call, key, command, fingerprint, lock_wait).await;
+        if lock_wait != bound {
+            set_lock_wait(conn, bound).await?;
+        }
+        result
     }
     .await;
-    if let Err(e) = began {
+    if let Err(AttemptError::ConnectionLost(_)) = &result {
+        pool::discard(conn);
+    }
+    result
+}
+
+async fn set_lock_wait(conn: &mut Conn, secs: u64) -> Result<(), AttemptError> {
+    match SetLockWait(secs).execute(conn).await.at(Step::SetLockWait) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(classify(conn, e, Duration::from_secs(secs)).await),
+    }
+}
+
+/// BEGIN, the body, then COMMIT or ROLLBACK.
+async fn transaction(
+    db: &Persistence,
+    conn: &mut Conn,
+    call: &Call,
+    key: &ScopedKey,
+    command: &Command,
+    fingerprint: &Fingerprint,
+    lock_wait_secs: u64,
+) -> Result<KeyedOutcome, AttemptError> {
+    let lock_wait = Duration::from_secs(lock_wait_secs);
+    if let Err(e) = AnsiTransactionManager::begin_transaction(conn)
+        .await
+        .at(Step::Begin)
+    {
         return Err(classify(conn, e, lock_wait).await);
     }
-
     let now = Utc::now().naive_utc().trunc_subsecs(6);
     let body = body(db, conn, key, command, fingerprint, now).await;
     let decided = match body {

@@ -138,9 +138,13 @@ impl Persistence {
             Ok(Some(account)) => Ok(account),
             Ok(None) => Err(Error::AccountNotFound(id.get())),
             Err(Failure::Final(e)) => Err(e),
-            Err(Failure::Db(e)) => Err(final_error(
-                classify(&mut conn, e, self.inner.limits.lock_wait).await,
-            )),
+            Err(Failure::Db(e)) => {
+                let failure = classify(&mut conn, e, self.inner.limits.lock_wait).await;
+                if let AttemptError::ConnectionLost(_) = failure {
+                    pool::discard(&mut conn);
+                }
+                Err(final_error(failure))
+            }
         }
     }
 }

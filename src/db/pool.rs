@@ -14,7 +14,10 @@ use std::time::Duration;
 
 use diesel::ConnectionError;
 use diesel_async::AsyncMysqlConnection;
-use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig, PoolError};
+use diesel_async::SimpleAsyncConnection as _;
+use diesel_async::pooled_connection::{
+    AsyncDieselConnectionManager, ManagerConfig, PoolError, RecyclingMethod,
+};
 use mysql_async::{Opts, OptsBuilder};
 use tokio::sync::watch;
 
@@ -70,10 +73,27 @@ pub async fn connect(url: &str) -> Result<Conn, ConnectionError> {
 }
 
 /// Builds the pool. Connections are opened lazily, so this succeeds while the
-/// database is down.
-pub fn build(url: &str, settings: PoolSettings) -> Pool {
+/// database is down. Each connection's `innodb_lock_wait_timeout` rests at
+/// `lock_wait`, so only a call with a shorter deadline has to change it.
+///
+/// Connections are not tested with a query at checkout: that would cost a round
+/// trip per call. A connection that fails is discarded ([`discard`]) and the
+/// transaction retried on another.
+pub fn build(url: &str, settings: PoolSettings, lock_wait: Duration) -> Pool {
+    let lock_wait = lock_wait.as_secs().max(1);
     let mut config = ManagerConfig::default();
-    config.custom_setup = Box::new(|url| Box::pin(connect(url)));
+    config.recycling_method = RecyclingMethod::Fast;
+    config.custom_setup = Box::new(move |url| {
+        Box::pin(async move {
+            let mut conn = connect(url).await?;
+            conn.batch_execute(&format!(
+                "SET SESSION innodb_lock_wait_timeout = {lock_wait}"
+            ))
+            .await
+            .map_err(ConnectionError::CouldntSetupConfiguration)?;
+            Ok(conn)
+        })
+    });
     let manager = AsyncDieselConnectionManager::new_with_config(url, config);
     let connect_failures = Arc::new(watch::Sender::new(ConnectFailure::default()));
     let inner = bb8::Pool::builder()
@@ -87,6 +107,13 @@ pub fn build(url: &str, settings: PoolSettings) -> Pool {
         inner,
         connect_failures,
     }
+}
+
+/// Marks a connection so the pool drops it instead of handing it out again: its
+/// last statement failed as if the connection were gone.
+pub fn discard(conn: &mut Conn) {
+    use diesel_async::{AnsiTransactionManager, TransactionManager as _};
+    AnsiTransactionManager::transaction_manager_status_mut(conn).set_in_error();
 }
 
 impl Pool {

@@ -71,6 +71,7 @@ async fn the_service_connections_report_affected_rows() {
             size: 1,
             checkout_timeout: std::time::Duration::from_secs(5),
         },
+        std::time::Duration::from_secs(5),
     );
     let mut pooled = pool.get().await.unwrap();
     assert_eq!(probe_twice(&mut pooled).await, (1, 0));
