@@ -61,40 +61,36 @@ pub(crate) async fn insert(
     Ok(AccountId::parse("account_id", id).map_err(|v| Error::internal_row(&v))?)
 }
 
+/// An account row held locked, with the number of entries it has.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LockedAccount {
+    pub(crate) state: Locked,
+    pub(crate) entry_count: u64,
+}
+
 /// Locks the account's row for the rest of the transaction (`SELECT ... FOR
 /// UPDATE`); `None` when there is no such account.
-pub(crate) async fn lock(conn: &mut Conn, id: AccountId) -> Result<Option<Locked>, Failure> {
-    let row: Option<(String, i64)> = accounts::table
+pub(crate) async fn lock(conn: &mut Conn, id: AccountId) -> Result<Option<LockedAccount>, Failure> {
+    let row: Option<(String, i64, u64)> = accounts::table
         .find(id.get())
-        .select((accounts::currency, accounts::balance))
+        .select((accounts::currency, accounts::balance, accounts::entry_count))
         .for_update()
         .first(conn)
         .await
         .optional()
         .at(Step::LockAccount)?;
-    let Some((currency, balance)) = row else {
+    let Some((currency, balance, entry_count)) = row else {
         return Ok(None);
     };
     let currency = Currency::parse("currency", &currency).map_err(|v| Error::internal_row(&v))?;
-    Ok(Some(Locked {
-        id,
-        currency,
-        balance,
+    Ok(Some(LockedAccount {
+        state: Locked {
+            id,
+            currency,
+            balance,
+        },
+        entry_count,
     }))
-}
-
-/// Sets the balance of an account whose row this transaction holds locked.
-pub(crate) async fn set_balance(
-    conn: &mut Conn,
-    id: AccountId,
-    balance: i64,
-) -> Result<(), Failure> {
-    diesel::update(accounts::table.find(id.get()))
-        .set(accounts::balance.eq(balance))
-        .execute(conn)
-        .await
-        .at(Step::Write)?;
-    Ok(())
 }
 
 /// Reads an account outside any transaction.

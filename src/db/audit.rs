@@ -39,6 +39,14 @@ const SET_CHECKS: &[SetCheck] = &[
               HAVING a.balance <> COALESCE(SUM(CASE e.kind WHEN 2 THEN e.amount WHEN 1 THEN -e.amount END), 0)",
     },
     SetCheck {
+        name: "each account counts its entries, numbered 1, 2, 3, ...",
+        sql: "SELECT CONCAT('account ', a.account_id, ': entry_count ', a.entry_count, ', ', \
+              COUNT(e.entry_id), ' entries numbered up to ', COALESCE(MAX(e.account_seq), 0)) AS detail \
+              FROM accounts a LEFT JOIN entries e ON e.account_id = a.account_id \
+              GROUP BY a.account_id, a.entry_count \
+              HAVING a.entry_count <> COUNT(e.entry_id) OR a.entry_count <> COALESCE(MAX(e.account_seq), 0)",
+    },
+    SetCheck {
         name: "no negative balance",
         sql: "SELECT CONCAT('account ', account_id, ': balance ', balance) AS detail \
               FROM accounts WHERE balance < 0",
@@ -47,8 +55,8 @@ const SET_CHECKS: &[SetCheck] = &[
         name: "each entry's balance follows the one before",
         sql: "SELECT CONCAT('entry ', entry_id, ' of account ', account_id, ': balance_after ', \
               balance_after, ' after ', before_balance) AS detail FROM ( \
-                SELECT entry_id, account_id, kind, amount, balance_after, \
-                  COALESCE(LAG(balance_after) OVER (PARTITION BY account_id ORDER BY entry_id), 0) AS before_balance \
+                SELECT entry_id, account_id, account_seq, kind, amount, balance_after, \
+                  COALESCE(LAG(balance_after) OVER (PARTITION BY account_id ORDER BY account_seq), 0) AS before_balance \
                 FROM entries) chain \
               WHERE balance_after <> before_balance + CASE kind WHEN 2 THEN amount ELSE -amount END",
     },

@@ -27,7 +27,7 @@ use diesel_async::{AnsiTransactionManager, RunQueryDsl, TransactionManager};
 use super::failure::{AtStep, AttemptError, Failure, Step, classify};
 use super::idempotency::{self, Claim};
 use super::pool::{self, CheckoutError, Conn, Pooled};
-use super::{Persistence, accounts, entries};
+use super::{Persistence, accounts, posting};
 use crate::call::Call;
 use crate::error::Error;
 use crate::ledger::rules;
@@ -160,6 +160,15 @@ async fn transaction(
     lock_wait_secs: u64,
 ) -> Result<KeyedOutcome, AttemptError> {
     let lock_wait = Duration::from_secs(lock_wait_secs);
+    // Outside the transaction: an id block's row must never be held across one.
+    let entry_id = match command {
+        Command::Post { .. } => match db.inner.entry_ids.next(conn).await {
+            Ok(id) => Some(id),
+            Err(Failure::Db(e)) => return Err(classify(conn, e, lock_wait).await),
+            Err(Failure::Final(e)) => return Err(AttemptError::Final(e)),
+        },
+        Command::OpenAccount { .. } => None,
+    };
     if let Err(e) = AnsiTransactionManager::begin_transaction(conn)
         .await
         .at(Step::Begin)
@@ -167,7 +176,13 @@ async fn transaction(
         return Err(classify(conn, e, lock_wait).await);
     }
     let now = Utc::now().naive_utc().trunc_subsecs(6);
-    let body = body(db, conn, key, command, fingerprint, now).await;
+    let new = New {
+        key,
+        command,
+        entry_id,
+        now,
+    };
+    let body = body(db, conn, &new, fingerprint).await;
     let decided = match body {
         Ok(outcome) => {
             if !outcome.replayed {
@@ -224,27 +239,30 @@ async fn finish(
     Err(failure)
 }
 
+/// What a new key's work needs to know.
+struct New<'a> {
+    key: &'a ScopedKey,
+    command: &'a Command,
+    /// The id of the entry a Credit or Charge will write.
+    entry_id: Option<u64>,
+    now: NaiveDateTime,
+}
+
 /// Everything between BEGIN and COMMIT.
 async fn body(
     db: &Persistence,
     conn: &mut Conn,
-    key: &ScopedKey,
-    command: &Command,
+    new: &New<'_>,
     fingerprint: &Fingerprint,
-    now: NaiveDateTime,
 ) -> Result<KeyedOutcome, Failure> {
-    let method = command.method();
-    match idempotency::probe(conn, key, method, fingerprint, now).await? {
-        Claim::New => {
-            let outcome = fresh(db, conn, key, command, now).await?;
-            idempotency::store_outcome(conn, key, &outcome).await?;
-            Ok(KeyedOutcome {
-                outcome,
-                replayed: false,
-            })
-        }
+    let method = new.command.method();
+    match idempotency::probe(conn, new.key, method, fingerprint, new.now).await? {
+        Claim::New => Ok(KeyedOutcome {
+            outcome: fresh(db, conn, new).await?,
+            replayed: false,
+        }),
         Claim::Duplicate => {
-            let row = idempotency::lock_existing(conn, key).await?;
+            let row = idempotency::lock_existing(conn, new.key).await?;
             if !row.binds(method, fingerprint) {
                 return Err(Error::KeyReused.into());
             }
@@ -259,62 +277,65 @@ async fn body(
     }
 }
 
-/// The work of a new key; returns the encoded outcome to store.
-async fn fresh(
-    db: &Persistence,
-    conn: &mut Conn,
-    key: &ScopedKey,
-    command: &Command,
-    now: NaiveDateTime,
-) -> Result<StoredOutcome, Failure> {
-    let encoder = &db.inner.encoder;
-    match command {
+/// The work of a new key, ending with its outcome stored in the key's row.
+async fn fresh(db: &Persistence, conn: &mut Conn, new: &New<'_>) -> Result<StoredOutcome, Failure> {
+    match new.command {
         Command::OpenAccount { currency } => {
-            let id = accounts::insert(conn, *currency, now).await?;
-            Ok(encoder.account_opened(&Account {
+            let id = accounts::insert(conn, *currency, new.now).await?;
+            let outcome = db.inner.encoder.account_opened(&Account {
                 id,
                 currency: *currency,
                 balance: 0,
-                created_at: now.and_utc(),
-            }))
+                created_at: new.now.and_utc(),
+            });
+            idempotency::store_outcome(conn, new.key, &outcome).await?;
+            Ok(outcome)
         }
-        Command::Post { kind, posting } => match post(conn, key, *kind, posting, now).await? {
-            Ok(entry) => Ok(encoder.posted(&entry)),
-            Err(decline) => Ok(encoder.declined(&decline)),
-        },
+        Command::Post { kind, posting } => post(db, conn, new, *kind, posting).await,
     }
 }
 
-/// Locks the account, decides, and applies a Credit or Charge.
+/// Locks the account, decides, and applies a Credit or Charge: its writes and its
+/// stored reply in one round trip, or a decline stored alone.
 async fn post(
+    db: &Persistence,
     conn: &mut Conn,
-    key: &ScopedKey,
+    new: &New<'_>,
     kind: EntryKind,
     posting: &Posting,
-    now: NaiveDateTime,
-) -> Result<Result<Entry, Decline>, Failure> {
-    let Some(account) = accounts::lock(conn, posting.account_id).await? else {
-        return Ok(Err(Decline::AccountNotFound {
+) -> Result<StoredOutcome, Failure> {
+    let encoder = &db.inner.encoder;
+    let decided = match accounts::lock(conn, posting.account_id).await? {
+        None => Err(Decline::AccountNotFound {
             account_id: posting.account_id,
-        }));
+        }),
+        Some(account) => rules::apply(account.state, kind, posting).map(|after| (account, after)),
     };
-    let balance_after = match rules::apply(account, kind, posting) {
-        Ok(balance) => balance,
-        Err(decline) => return Ok(Err(decline)),
+    let (account, balance_after) = match decided {
+        Ok(applied) => applied,
+        Err(decline) => {
+            let outcome = encoder.declined(&decline);
+            idempotency::store_outcome(conn, new.key, &outcome).await?;
+            return Ok(outcome);
+        }
     };
-    accounts::set_balance(conn, account.id, balance_after).await?;
-    let entry_id = entries::append(conn, key, kind, posting, balance_after, now).await?;
-    Ok(Ok(Entry {
-        id: entry_id,
+    let id = new
+        .entry_id
+        .ok_or_else(|| Error::internal("a posting without an entry id"))?;
+    let entry = Entry {
+        id,
         account_id: posting.account_id,
         kind,
         amount: posting.amount,
         currency: posting.currency,
         balance_after,
-        idempotency_key: key.key.clone(),
+        idempotency_key: new.key.key.clone(),
         description: posting.description.clone(),
-        created_at: now.and_utc(),
-    }))
+        created_at: new.now.and_utc(),
+    };
+    let outcome = encoder.posted(&entry);
+    posting::write(conn, new.key, account, &entry, &outcome).await?;
+    Ok(outcome)
 }
 
 /// `SET SESSION innodb_lock_wait_timeout = ?`, with a static query id so the

@@ -6,17 +6,19 @@
 //! - `migrate`: database creation and the embedded migrations.
 //! - `keyed`: the exactly-once transaction of SPEC 3.2, with its retries.
 //! - `failure`: classification of failed statements by MySQL error code.
-//! - `idempotency`, `accounts`, `entries`: one file per table.
+//! - `idempotency`, `accounts`: one file per table; `posting`: the writes of a
+//!   successful Credit or Charge, in one round trip; `ids`: entry ids in blocks.
 
 mod accounts;
 pub mod audit;
-mod entries;
 mod failure;
 mod idempotency;
+mod ids;
 mod keyed;
 pub mod migrate;
 pub mod pool;
-mod schema;
+mod posting;
+pub mod schema;
 pub mod self_check;
 
 use std::sync::Arc;
@@ -65,6 +67,7 @@ pub struct Persistence {
 
 struct Inner {
     pool: Pool,
+    entry_ids: ids::EntryIds,
     /// The transaction tasks, so shutdown can wait for them to commit or roll back.
     tasks: TaskTracker,
     limits: Limits,
@@ -92,6 +95,7 @@ impl Persistence {
         Self {
             inner: Arc::new(Inner {
                 pool,
+                entry_ids: ids::EntryIds::default(),
                 tasks: TaskTracker::new(),
                 limits,
                 encoder,

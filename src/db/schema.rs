@@ -7,6 +7,7 @@ diesel::table! {
         currency -> Char,
         balance -> BigInt,
         created_at -> Datetime,
+        entry_count -> Unsigned<BigInt>,
     }
 }
 
@@ -14,6 +15,7 @@ diesel::table! {
     entries (entry_id) {
         entry_id -> Unsigned<BigInt>,
         account_id -> Unsigned<BigInt>,
+        account_seq -> Unsigned<BigInt>,
         kind -> Unsigned<TinyInt>,
         amount -> BigInt,
         currency -> Char,
@@ -37,5 +39,12 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    id_blocks (name) {
+        name -> Varchar,
+        next_id -> Unsigned<BigInt>,
+    }
+}
+
 diesel::joinable!(entries -> accounts (account_id));
-diesel::allow_tables_to_appear_in_same_query!(accounts, entries, idempotency_keys);
+diesel::allow_tables_to_appear_in_same_query!(accounts, entries, id_blocks, idempotency_keys);

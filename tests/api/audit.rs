@@ -42,7 +42,11 @@ async fn a_healthy_ledger_passes_and_the_command_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_damage_is_named() {
-    let cases: [(&str, &[&str]); 6] = [
+    let cases: [(&str, &[&str]); 7] = [
+        (
+            "UPDATE accounts SET entry_count = entry_count + 1",
+            &["each account counts its entries, numbered 1, 2, 3, ..."],
+        ),
         (
             "UPDATE accounts SET balance = balance + 1",
             &["balance equals the journal"],
@@ -58,6 +62,7 @@ async fn every_kind_of_damage_is_named() {
             "DELETE FROM entries WHERE idempotency_key = 'b'",
             &[
                 "balance equals the journal",
+                "each account counts its entries, numbered 1, 2, 3, ...",
                 "a successful Credit or Charge has exactly one entry of its kind, nothing else has any",
                 "every stored outcome decodes and matches its entry",
             ],

@@ -187,6 +187,7 @@ async fn every_keyed_method_replays() {
     assert_eq!(read.created_at, account.created_at);
 }
 
+/// Both migrations applied, each once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn instances_starting_together_migrate_once() {
     let db = TestDb::new();
@@ -204,6 +205,6 @@ async fn instances_starting_together_migrate_once() {
     assert_eq!(
         db.count("SELECT COUNT(*) FROM __diesel_schema_migrations")
             .await,
-        1
+        2
     );
 }
