@@ -138,9 +138,10 @@ impl Application {
                 "the database has pending migrations {pending:?}: run `ledger migrate` first"
             );
         }
-        let pool = db::pool::build(url, settings.pool, settings.limits.lock_wait);
+        let pools = db::Pools::build(url, settings.pool, settings.limits.lock_wait);
         {
-            let mut conn = pool
+            let mut conn = pools
+                .keyed
                 .get()
                 .await
                 .context("cannot open a pooled database connection")?;
@@ -150,8 +151,12 @@ impl Application {
             metrics::install(addr)?;
             tracing::info!(%addr, "serving Prometheus metrics at /metrics");
         }
-        let persistence =
-            Persistence::new(pool, settings.limits, Arc::new(ProtoEncoder), before_commit);
+        let persistence = Persistence::new(
+            pools,
+            settings.limits,
+            Arc::new(ProtoEncoder),
+            before_commit,
+        );
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -188,7 +193,7 @@ impl Application {
         health::set_all(&reporter, ServingStatus::Serving).await;
         let stop_watching = CancellationToken::new();
         let watcher = tokio::spawn(health::watch_database(
-            persistence.pool().clone(),
+            persistence.reads().clone(),
             reporter.clone(),
             stop_watching.clone(),
         ));

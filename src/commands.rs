@@ -108,7 +108,7 @@ where
     let mut server = ManagedServer::start(ManagedOptions::in_dir(dir))
         .await
         .context("cannot run the development database")?;
-    tracing::info!(url = %server.url(DEV_DATABASE), flavor = ?server.flavor(), "development database ready");
+    tracing::info!(url = %server.url(DEV_DATABASE), flavor = server.flavor_name(), "development database ready");
     let outcome = work(server.url(DEV_DATABASE)).await;
     server
         .stop()

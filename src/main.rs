@@ -44,3 +44,6 @@ fn usage_error(e: &clap::Error) -> ExitCode {
     eprintln!("{}", message.join(" "));
     ExitCode::from(2)
 }
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

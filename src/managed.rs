@@ -254,7 +254,7 @@ impl ManagedServer {
             return Err(failed("initializing the database server", detail));
         }
         std::fs::write(&marker, "").map_err(io("writing the initialization marker"))?;
-        tracing::info!(dir = %self.dir.display(), flavor = ?self.flavor, "database initialized");
+        tracing::info!(dir = %self.dir.display(), flavor = self.flavor_name(), "database initialized");
         Ok(())
     }
 

@@ -43,7 +43,6 @@ mod code {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
     SetLockWait,
-    Begin,
     Probe,
     ReadKey,
     LockAccount,

@@ -140,30 +140,3 @@ pub(crate) async fn lock_existing(conn: &mut Conn, key: &ScopedKey) -> Result<Ke
         .at(Step::ReadKey)
         .map_err(Failure::from)
 }
-
-/// Records the final outcome in the key's row, in the transaction that claimed it.
-pub(crate) async fn store_outcome(
-    conn: &mut Conn,
-    key: &ScopedKey,
-    outcome: &StoredOutcome,
-) -> Result<(), Failure> {
-    let updated = diesel::update(keys::table.find((
-        key.namespace.as_str().as_bytes(),
-        key.key.as_str().as_bytes(),
-    )))
-    .set((
-        keys::outcome_code.eq(outcome.code),
-        keys::outcome.eq(&outcome.body),
-    ))
-    .execute(conn)
-    .await
-    .at(Step::Write)?;
-    if updated == 1 {
-        Ok(())
-    } else {
-        Err(Error::internal(format!(
-            "storing the outcome updated {updated} key rows, expected 1"
-        ))
-        .into())
-    }
-}

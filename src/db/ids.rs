@@ -10,7 +10,7 @@ use std::ops::Range;
 
 use diesel::dsl::sql;
 use diesel::sql_types::Unsigned;
-use diesel_async::RunQueryDsl as _;
+use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
 use tokio::sync::Mutex;
 
 use super::failure::{AtStep, Failure, Step};
@@ -26,8 +26,8 @@ pub(crate) struct EntryIds {
 }
 
 impl EntryIds {
-    /// The next id, taking a new block through `conn` (which must not be in a
-    /// transaction) when the current one is used up.
+    /// The next id, taking a new block through `conn` (with no transaction under
+    /// way) when the current one is used up.
     pub(crate) async fn next(&self, conn: &mut Conn) -> Result<u64, Failure> {
         let mut free = self.free.lock().await;
         if free.is_empty() {
@@ -39,21 +39,23 @@ impl EntryIds {
     }
 }
 
+/// Moves `next_id` on by a block, committed at once (the session runs without
+/// autocommit), and returns the block.
 async fn take_block(conn: &mut Conn) -> Result<Range<u64>, Failure> {
-    let moved = diesel::sql_query(format!(
-        "UPDATE id_blocks SET next_id = LAST_INSERT_ID(next_id + {BLOCK}) WHERE name = 'entries'"
+    conn.batch_execute(&format!(
+        "UPDATE id_blocks SET next_id = LAST_INSERT_ID(next_id + {BLOCK}) WHERE name = 'entries'; \
+         COMMIT"
     ))
-    .execute(conn)
     .await
     .at(Step::Write)?;
-    if moved != 1 {
-        return Err(Error::internal("id_blocks has no row for entries").into());
-    }
     let end: u64 = diesel::select(sql::<Unsigned<diesel::sql_types::BigInt>>(
         "LAST_INSERT_ID()",
     ))
     .get_result(conn)
     .await
     .at(Step::Write)?;
-    Ok(end.saturating_sub(BLOCK)..end)
+    if end <= BLOCK {
+        return Err(Error::internal("id_blocks has no row for entries").into());
+    }
+    Ok(end - BLOCK..end)
 }

@@ -1,20 +1,23 @@
 //! The exactly-once transaction (SPEC 3.2), one per keyed call:
 //!
 //! ```text
-//! SET SESSION innodb_lock_wait_timeout = <bound, lowered to the deadline>
-//! BEGIN
+//! (no BEGIN: the session runs without autocommit, so the probe begins it)
 //! INSERT INTO idempotency_keys ... ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key
-//!   1 row  -> new key:   lock the account, decide, apply, append the entry,
-//!                        store the encoded outcome in the key's row
+//!   1 row  -> new key:   SELECT the account FOR UPDATE, decide (a decline is an
+//!                        outcome too), encode the outcome
 //!   0 rows -> duplicate: SELECT the key's row FOR UPDATE, check the fingerprint,
 //!                        replay the stored outcome
-//! COMMIT, unless the caller is gone or its deadline passed (then ROLLBACK)
+//! then, in one round trip:
+//!   UPDATE accounts ...; INSERT INTO entries ...; UPDATE idempotency_keys SET outcome ...; COMMIT
+//! unless the caller is gone or its deadline passed: then ROLLBACK
 //! ```
 //!
 //! A duplicate of an uncommitted original blocks in the probe until the original
 //! ends: after a COMMIT it replays, after a ROLLBACK it does the work itself.
 //! Deadlocks and lost connections retry the whole transaction with jittered
-//! backoff; the probe makes every retry safe.
+//! backoff; the probe makes every retry safe. A call whose deadline is shorter
+//! than the lock-wait bound lowers `innodb_lock_wait_timeout` first, and restores
+//! it after.
 
 use std::time::Duration;
 
@@ -22,12 +25,13 @@ use chrono::{NaiveDateTime, SubsecRound, Utc};
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::sql_types::Unsigned;
 use diesel::{QueryResult, mysql::Mysql};
-use diesel_async::{AnsiTransactionManager, RunQueryDsl, TransactionManager};
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection as _};
 
 use super::failure::{AtStep, AttemptError, Failure, Step, classify};
 use super::idempotency::{self, Claim};
 use super::pool::{self, CheckoutError, Conn, Pooled};
-use super::{Persistence, accounts, posting};
+use super::writes::Writes;
+use super::{Persistence, accounts};
 use crate::call::Call;
 use crate::error::Error;
 use crate::ledger::rules;
@@ -97,12 +101,10 @@ async fn backoff(attempt: u32, call: &Call) -> bool {
 /// stops with a fifth of the remaining time left, so an overloaded service still
 /// answers UNAVAILABLE (try elsewhere) before the caller gives up.
 pub(super) async fn checkout<'a>(
-    db: &'a Persistence,
+    pool: &'a pool::Pool,
     call: &Call,
 ) -> Result<Pooled<'a>, AttemptError> {
-    db.inner
-        .pool
-        .checkout(call.remaining().map(|left| left.mul_f64(CHECKOUT_SHARE)))
+    pool.checkout(call.remaining().map(|left| left.mul_f64(CHECKOUT_SHARE)))
         .await
         .map_err(|e| match e {
             CheckoutError::Unreachable(reason) => AttemptError::ConnectionLost(reason),
@@ -119,7 +121,7 @@ async fn run_once(
     command: &Command,
     fingerprint: &Fingerprint,
 ) -> Result<KeyedOutcome, AttemptError> {
-    let mut conn = checkout(db, call).await?;
+    let mut conn = checkout(&db.inner.pool, call).await?;
     let conn: &mut Conn = &mut conn;
     let bound = db.inner.limits.lock_wait.as_secs().max(1);
     let lock_wait = call.lock_wait_secs(db.inner.limits.lock_wait);
@@ -149,7 +151,14 @@ async fn set_lock_wait(conn: &mut Conn, secs: u64) -> Result<(), AttemptError> {
     }
 }
 
-/// BEGIN, the body, then COMMIT or ROLLBACK.
+/// The body, then the final writes and COMMIT in one round trip, or ROLLBACK.
+///
+/// The session runs without autocommit (`pool::build`), so the probe begins the
+/// transaction: no BEGIN round trip. Transactions are plain statements on the
+/// connection rather than diesel's transaction manager, since the final writes
+/// and COMMIT travel together, which the manager cannot express. Every path ends
+/// in COMMIT or ROLLBACK; the work runs in its own task, so none is abandoned half
+/// way, and a connection whose ROLLBACK fails is discarded.
 async fn transaction(
     db: &Persistence,
     conn: &mut Conn,
@@ -160,21 +169,15 @@ async fn transaction(
     lock_wait_secs: u64,
 ) -> Result<KeyedOutcome, AttemptError> {
     let lock_wait = Duration::from_secs(lock_wait_secs);
-    // Outside the transaction: an id block's row must never be held across one.
+    // In a transaction of its own: an id block's row must never be held across a
+    // ledger transaction.
     let entry_id = match command {
         Command::Post { .. } => match db.inner.entry_ids.next(conn).await {
             Ok(id) => Some(id),
-            Err(Failure::Db(e)) => return Err(classify(conn, e, lock_wait).await),
-            Err(Failure::Final(e)) => return Err(AttemptError::Final(e)),
+            Err(failure) => return finish(conn, call, Err(failure), lock_wait).await,
         },
         Command::OpenAccount { .. } => None,
     };
-    if let Err(e) = AnsiTransactionManager::begin_transaction(conn)
-        .await
-        .at(Step::Begin)
-    {
-        return Err(classify(conn, e, lock_wait).await);
-    }
     let now = Utc::now().naive_utc().trunc_subsecs(6);
     let new = New {
         key,
@@ -182,14 +185,13 @@ async fn transaction(
         entry_id,
         now,
     };
-    let body = body(db, conn, &new, fingerprint).await;
-    let decided = match body {
-        Ok(outcome) => {
+    let decided = match body(db, conn, &new, fingerprint).await {
+        Ok((outcome, writes)) => {
             if !outcome.replayed {
                 before_commit(db, call, key, command).await;
             }
             call.begin_commit()
-                .map(|()| outcome)
+                .map(|()| (outcome, writes))
                 .map_err(Failure::Final)
         }
         Err(failure) => Err(failure),
@@ -208,33 +210,36 @@ async fn before_commit(db: &Persistence, call: &Call, key: &ScopedKey, command: 
     }
 }
 
-/// Commits a decided outcome, or rolls back after a failure; classifies what the
-/// server reports while the connection still holds the error.
+/// Sends the final writes with COMMIT, or rolls back after a failure; classifies
+/// what the server reports while the connection still holds the error.
 async fn finish(
     conn: &mut Conn,
     call: &Call,
-    decided: Result<KeyedOutcome, Failure>,
+    decided: Result<(KeyedOutcome, Writes), Failure>,
     lock_wait: Duration,
 ) -> Result<KeyedOutcome, AttemptError> {
     let failure = match decided {
-        Ok(outcome) => {
-            let committed = AnsiTransactionManager::commit_transaction(conn)
+        Ok((outcome, writes)) => {
+            match conn
+                .batch_execute(&writes.then_commit())
                 .await
-                .at(Step::Commit);
-            return match committed {
-                Ok(()) => Ok(outcome),
+                .at(Step::Commit)
+            {
+                Ok(()) => return Ok(outcome),
                 Err(e) => {
+                    // A statement of the batch or the COMMIT failed; either way
+                    // nothing committed, and a transaction may still be open.
                     call.end_commit();
-                    Err(classify(conn, e, lock_wait).await)
+                    classify(conn, e, lock_wait).await
                 }
-            };
+            }
         }
         Err(Failure::Db(e)) => classify(conn, e, lock_wait).await,
         Err(Failure::Final(e)) => AttemptError::Final(e),
     };
-    if let Err(e) = AnsiTransactionManager::rollback_transaction(conn).await {
-        // The pool discards a connection whose rollback failed.
-        tracing::debug!(error = %e, "rollback failed");
+    if let Err(e) = conn.batch_execute("ROLLBACK").await {
+        tracing::debug!(error = %e, "rollback failed; discarding the connection");
+        pool::discard(conn);
     }
     Err(failure)
 }
@@ -248,19 +253,26 @@ struct New<'a> {
     now: NaiveDateTime,
 }
 
-/// Everything between BEGIN and COMMIT.
+/// Everything between BEGIN and the final writes: the outcome, and the writes that
+/// record it.
 async fn body(
     db: &Persistence,
     conn: &mut Conn,
     new: &New<'_>,
     fingerprint: &Fingerprint,
-) -> Result<KeyedOutcome, Failure> {
+) -> Result<(KeyedOutcome, Writes), Failure> {
     let method = new.command.method();
     match idempotency::probe(conn, new.key, method, fingerprint, new.now).await? {
-        Claim::New => Ok(KeyedOutcome {
-            outcome: fresh(db, conn, new).await?,
-            replayed: false,
-        }),
+        Claim::New => {
+            let (outcome, writes) = fresh(db, conn, new).await?;
+            Ok((
+                KeyedOutcome {
+                    outcome,
+                    replayed: false,
+                },
+                writes,
+            ))
+        }
         Claim::Duplicate => {
             let row = idempotency::lock_existing(conn, new.key).await?;
             if !row.binds(method, fingerprint) {
@@ -269,16 +281,23 @@ async fn body(
             let outcome = row
                 .into_outcome()
                 .ok_or_else(|| Error::internal("a committed key row has no outcome"))?;
-            Ok(KeyedOutcome {
-                outcome,
-                replayed: true,
-            })
+            Ok((
+                KeyedOutcome {
+                    outcome,
+                    replayed: true,
+                },
+                Writes::none(),
+            ))
         }
     }
 }
 
-/// The work of a new key, ending with its outcome stored in the key's row.
-async fn fresh(db: &Persistence, conn: &mut Conn, new: &New<'_>) -> Result<StoredOutcome, Failure> {
+/// The work of a new key: its outcome, and the writes that record it.
+async fn fresh(
+    db: &Persistence,
+    conn: &mut Conn,
+    new: &New<'_>,
+) -> Result<(StoredOutcome, Writes), Failure> {
     match new.command {
         Command::OpenAccount { currency } => {
             let id = accounts::insert(conn, *currency, new.now).await?;
@@ -288,22 +307,22 @@ async fn fresh(db: &Persistence, conn: &mut Conn, new: &New<'_>) -> Result<Store
                 balance: 0,
                 created_at: new.now.and_utc(),
             });
-            idempotency::store_outcome(conn, new.key, &outcome).await?;
-            Ok(outcome)
+            let writes = Writes::outcome(new.key, &outcome);
+            Ok((outcome, writes))
         }
         Command::Post { kind, posting } => post(db, conn, new, *kind, posting).await,
     }
 }
 
-/// Locks the account, decides, and applies a Credit or Charge: its writes and its
-/// stored reply in one round trip, or a decline stored alone.
+/// Locks the account and decides a Credit or Charge: its outcome, and the writes
+/// of the balance, the entry and the reply, or of a decline alone.
 async fn post(
     db: &Persistence,
     conn: &mut Conn,
     new: &New<'_>,
     kind: EntryKind,
     posting: &Posting,
-) -> Result<StoredOutcome, Failure> {
+) -> Result<(StoredOutcome, Writes), Failure> {
     let encoder = &db.inner.encoder;
     let decided = match accounts::lock(conn, posting.account_id).await? {
         None => Err(Decline::AccountNotFound {
@@ -315,8 +334,8 @@ async fn post(
         Ok(applied) => applied,
         Err(decline) => {
             let outcome = encoder.declined(&decline);
-            idempotency::store_outcome(conn, new.key, &outcome).await?;
-            return Ok(outcome);
+            let writes = Writes::outcome(new.key, &outcome);
+            return Ok((outcome, writes));
         }
     };
     let id = new
@@ -334,8 +353,8 @@ async fn post(
         created_at: new.now.and_utc(),
     };
     let outcome = encoder.posted(&entry);
-    posting::write(conn, new.key, account, &entry, &outcome).await?;
-    Ok(outcome)
+    let writes = Writes::posting(new.key, account, &entry, &outcome);
+    Ok((outcome, writes))
 }
 
 /// `SET SESSION innodb_lock_wait_timeout = ?`, with a static query id so the

@@ -6,8 +6,8 @@
 //! - `migrate`: database creation and the embedded migrations.
 //! - `keyed`: the exactly-once transaction of SPEC 3.2, with its retries.
 //! - `failure`: classification of failed statements by MySQL error code.
-//! - `idempotency`, `accounts`: one file per table; `posting`: the writes of a
-//!   successful Credit or Charge, in one round trip; `ids`: entry ids in blocks.
+//! - `idempotency`, `accounts`: one file per table; `writes`: a transaction's
+//!   final writes, sent with its COMMIT; `ids`: entry ids in blocks.
 
 mod accounts;
 pub mod audit;
@@ -17,9 +17,9 @@ mod ids;
 mod keyed;
 pub mod migrate;
 pub mod pool;
-mod posting;
 pub mod schema;
 pub mod self_check;
+mod writes;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,7 +59,31 @@ pub struct BeforeCommitEvent {
     pub call: Call,
 }
 
-/// The ledger's storage: the pool and the named operations on it.
+/// The pools a `Persistence` uses.
+#[derive(Debug, Clone)]
+pub struct Pools {
+    /// Keyed transactions; sessions without autocommit (see `pool::build`).
+    pub keyed: Pool,
+    /// Plain reads and health checks, in autocommit.
+    pub reads: Pool,
+}
+
+impl Pools {
+    /// Builds both: `settings.size` keyed connections, and a quarter as many (at
+    /// least 2) for reads, which take no locks and are over in one round trip.
+    pub fn build(url: &str, settings: PoolSettings, lock_wait: std::time::Duration) -> Self {
+        let reads = PoolSettings {
+            size: (settings.size / 4).max(2),
+            ..settings
+        };
+        Self {
+            keyed: pool::build(url, settings, lock_wait),
+            reads: pool::build_reads(url, reads),
+        }
+    }
+}
+
+/// The ledger's storage: the pools and the named operations on them.
 #[derive(Clone)]
 pub struct Persistence {
     inner: Arc<Inner>,
@@ -67,6 +91,7 @@ pub struct Persistence {
 
 struct Inner {
     pool: Pool,
+    reads: Pool,
     entry_ids: ids::EntryIds,
     /// The transaction tasks, so shutdown can wait for them to commit or roll back.
     tasks: TaskTracker,
@@ -87,14 +112,15 @@ impl std::fmt::Debug for Persistence {
 
 impl Persistence {
     pub fn new(
-        pool: Pool,
+        pools: Pools,
         limits: Limits,
         encoder: Arc<dyn OutcomeEncoder>,
         before_commit: Option<BeforeCommit>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                pool,
+                pool: pools.keyed,
+                reads: pools.reads,
                 entry_ids: ids::EntryIds::default(),
                 tasks: TaskTracker::new(),
                 limits,
@@ -104,8 +130,9 @@ impl Persistence {
         }
     }
 
-    pub fn pool(&self) -> &Pool {
-        &self.inner.pool
+    /// The pool of plain reads, which also serves health checks.
+    pub fn reads(&self) -> &Pool {
+        &self.inner.reads
     }
 
     /// Runs a keyed command exactly once (SPEC 3.2). The work runs in its own task,
@@ -137,7 +164,9 @@ impl Persistence {
 
     /// Reads an account (a plain read, outside any transaction).
     pub async fn get_account(&self, call: &Call, id: AccountId) -> Result<Account, Error> {
-        let mut conn = keyed::checkout(self, call).await.map_err(final_error)?;
+        let mut conn = keyed::checkout(&self.inner.reads, call)
+            .await
+            .map_err(final_error)?;
         match accounts::find(&mut conn, id).await {
             Ok(Some(account)) => Ok(account),
             Ok(None) => Err(Error::AccountNotFound(id.get())),

@@ -72,25 +72,43 @@ pub async fn connect(url: &str) -> Result<Conn, ConnectionError> {
     AsyncMysqlConnection::try_from(conn).await
 }
 
-/// Builds the pool. Connections are opened lazily, so this succeeds while the
-/// database is down. Each connection's `innodb_lock_wait_timeout` rests at
-/// `lock_wait`, so only a call with a shorter deadline has to change it.
+/// Builds the pool of keyed transactions. Connections are opened lazily, so this
+/// succeeds while the database is down.
+///
+/// Its sessions run with `autocommit = 0`, so a transaction starts with its first
+/// statement (the probe) and ends with the COMMIT or ROLLBACK that
+/// `keyed::transaction` always sends: no BEGIN round trip. Their
+/// `innodb_lock_wait_timeout` rests at `lock_wait`, so only a call with a shorter
+/// deadline has to change it.
 ///
 /// Connections are not tested with a query at checkout: that would cost a round
 /// trip per call. A connection that fails is discarded ([`discard`]) and the
 /// transaction retried on another.
 pub fn build(url: &str, settings: PoolSettings, lock_wait: Duration) -> Pool {
-    let lock_wait = lock_wait.as_secs().max(1);
+    let setup = format!(
+        "SET SESSION autocommit = 0, innodb_lock_wait_timeout = {}",
+        lock_wait.as_secs().max(1)
+    );
+    build_with(url, settings, Some(setup))
+}
+
+/// Builds a pool of plain (autocommit) connections, for reads and health checks.
+pub fn build_reads(url: &str, settings: PoolSettings) -> Pool {
+    build_with(url, settings, None)
+}
+
+fn build_with(url: &str, settings: PoolSettings, setup: Option<String>) -> Pool {
     let mut config = ManagerConfig::default();
     config.recycling_method = RecyclingMethod::Fast;
     config.custom_setup = Box::new(move |url| {
+        let setup = setup.clone();
         Box::pin(async move {
             let mut conn = connect(url).await?;
-            conn.batch_execute(&format!(
-                "SET SESSION innodb_lock_wait_timeout = {lock_wait}"
-            ))
-            .await
-            .map_err(ConnectionError::CouldntSetupConfiguration)?;
+            if let Some(setup) = setup {
+                conn.batch_execute(&setup)
+                    .await
+                    .map_err(ConnectionError::CouldntSetupConfiguration)?;
+            }
             Ok(conn)
         })
     });

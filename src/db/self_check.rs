@@ -32,7 +32,8 @@ pub async fn verify_affected_rows(conn: &mut Conn) -> Result<(), SelfCheckError>
     };
     let new = probe().execute(conn).await;
     let duplicate = probe().execute(conn).await;
-    conn.batch_execute("DROP TEMPORARY TABLE ledger_self_check")
+    // COMMIT ends the transaction the probes began on a session without autocommit.
+    conn.batch_execute("COMMIT; DROP TEMPORARY TABLE ledger_self_check")
         .await?;
     match (new?, duplicate?) {
         (1, 0) => Ok(()),

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The service beside the raw-SQL ceilings, on one fresh database, in one run.
+#
+#   scripts/bench.sh            full run: ceilings and scenarios, ~5 minutes
+#   scripts/bench.sh --quick    every scenario for 2 s on 50 accounts, with the
+#                               correctness check (CI)
+#
+# It builds the release binary and starts `ledger serve` without a database URL,
+# so the server runs a private, freshly initialized MariaDB/MySQL (durable commits,
+# default settings). The sysbench ceilings of ../shared/bench (copied in
+# scripts/sql-ceilings) run against that same database server, with the same
+# concurrency and account counts. Then `ledger bench` runs each scenario and the
+# table reports throughput, its ratio to the ceilings, p50/p99 latency, and the
+# server's peak RSS and CPU time per call (from /proc).
+#
+# Environment: CONCURRENCY (16), SECS (15), ACCOUNTS (10000), LEDGER_MYSQLD(_ARGS).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=false
+[ "${1:-}" = "--quick" ] && quick=true
+conc=${CONCURRENCY:-16}
+secs=${SECS:-15}
+accounts=${ACCOUNTS:-10000}
+if $quick; then secs=2; accounts=50; fi
+
+fail() { echo "bench: $*" >&2; exit 1; }
+log() { printf '\n== %s\n' "$*" >&2; }
+
+cargo build --release --locked -q
+bin=target/release/ledger
+work=$(mktemp -d)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+target=http://127.0.0.1:$port
+RUST_LOG=info "$bin" serve --log-format json --listen "127.0.0.1:$port" --data-dir "$work/db" \
+  --pool-size 32 >"$work/serve.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 1 600); do
+  "$bin" healthcheck --listen "127.0.0.1:$port" --timeout 1s 2>/dev/null && break
+  kill -0 $server 2>/dev/null || { cat "$work/serve.log" >&2; fail "ledger serve exited"; }
+  sleep 0.2
+done
+db_url=$(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    try: fields = json.loads(line).get("url")
+    except ValueError: continue
+    if fields: print(fields); break' "$work/serve.log")
+[ -n "$db_url" ] || fail "no database URL in the server log"
+db_port=$(sed -E 's|.*:([0-9]+)/.*|\1|' <<<"$db_url")
+flavor=$(grep -o '"flavor":"[A-Za-z]*"' "$work/serve.log" | head -1 | cut -d'"' -f4)
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$server/stat"; }
+reset_peak() { echo 5 > "/proc/$server/clear_refs"; }
+peak_kib() { awk '/VmHWM/ {print $2}' "/proc/$server/status"; }
+
+# scenario NAME CONCURRENCY ACCOUNTS [bench args...]: one JSON line, with the
+# server's CPU per call and peak RSS added.
+scenario() {
+  local name=$1 c=$2 a=$3; shift 3
+  reset_peak
+  local before; before=$(cpu_ticks)
+  local line
+  line=$("$bin" bench --target "$target" --concurrency "$c" --accounts "$a" --duration "${secs}s" \
+           --warmup 2s --json --database-url "$db_url" "$@")
+  local after; after=$(cpu_ticks)
+  python3 - "$name" "$line" "$((after - before))" "$(peak_kib)" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+name, line, ticks, peak, hz = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+# CPU over the warm-up and the measured calls alike: per measured call it is an upper bound.
+line.update(name=name, cpu_ms_per_call=ticks * 1000 / hz / max(line["calls"], 1), peak_rss_mib=peak / 1024)
+print(json.dumps(line))
+PY
+}
+
+results=$work/results.jsonl
+log "service scenarios on $flavor (concurrency $conc, $secs s each)"
+scenario "unique, $accounts accounts" "$conc" "$accounts" --scenario unique >>"$results"
+scenario "unique, 1 hot account" "$conc" 1 --scenario unique >>"$results"
+scenario "replay, $accounts accounts" "$conc" "$accounts" --scenario replay >>"$results"
+scenario "storm x4, $accounts accounts" "$conc" "$accounts" --scenario storm --duplicates 4 >>"$results"
+scenario "mixed, $accounts accounts" "$conc" "$accounts" --scenario mixed >>"$results"
+scenario "unique at concurrency 256" 256 "$accounts" --scenario unique >>"$results"
+
+ceilings=$work/ceilings.json
+echo '{}' >"$ceilings"
+if ! $quick; then
+  command -v sysbench >/dev/null || {
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sysbench >/dev/null
+  }
+  mysql_cli="mysql -h127.0.0.1 -P$db_port -uroot"
+  $mysql_cli -e 'CREATE DATABASE IF NOT EXISTS sql_ceilings' 2>/dev/null \
+    || "$bin" migrate --database-url "mysql://root@127.0.0.1:$db_port/sql_ceilings" >/dev/null
+  sb="sysbench --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port=$db_port --mysql-user=root --mysql-db=sql_ceilings"
+  for script in full-transaction seed-minimal; do
+    for a in "$accounts" 1; do
+      log "ceiling: $script, $a account(s)"
+      $sb "scripts/sql-ceilings/$script.lua" --accounts="$a" prepare >/dev/null
+      tps=$($sb "scripts/sql-ceilings/$script.lua" --accounts="$a" --threads="$conc" --time="$secs" run \
+              | awk '/transactions:/ {gsub(/\(/, "", $3); print $3}')
+      $sb "scripts/sql-ceilings/$script.lua" cleanup >/dev/null
+      python3 - "$ceilings" "$script" "$a" "$tps" <<'PY'
+import json, sys
+path, script, accounts, tps = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+data = json.load(open(path)); data[f"{script}/{accounts}"] = tps; json.dump(data, open(path, "w"))
+PY
+    done
+  done
+fi
+
+python3 - "$results" "$ceilings" "$accounts" "$flavor" "$conc" <<'PY'
+import json, sys
+results = [json.loads(l) for l in open(sys.argv[1])]
+ceil, accounts, flavor, conc = json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4], sys.argv[5]
+def ratio(rate, key):
+    return f"{rate / ceil[key]:.2f}x" if key in ceil else "-"
+for k, v in sorted(ceil.items()):
+    print(f"ceiling {k:<24} {v:>9.0f} tx/s")
+print()
+print(f"{'scenario':<28} {'calls/s':>8} {'x full-tx':>9} {'x seed-min':>10} {'p50 ms':>7} {'p99 ms':>7} {'peak RSS':>9} {'CPU/call':>9}  errors")
+unique = next(r["calls_per_second"] for r in results if r["name"].startswith("unique,"))
+for r in results:
+    hot = "1 hot" in r["name"]
+    a = "1" if hot else accounts
+    note = f"  ({r['calls_per_second'] / unique:.2f}x unique)" if r["name"].startswith("replay") else ""
+    print(f"{r['name']:<28} {r['calls_per_second']:>8.0f} {ratio(r['calls_per_second'], f'full-transaction/{a}'):>9} "
+          f"{ratio(r['calls_per_second'], f'seed-minimal/{a}'):>10} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
+          f"{r['peak_rss_mib']:>6.1f} MiB {r['cpu_ms_per_call']:>6.3f} ms  {r['errors'] or ''}{note}")
+print(f"\n{flavor}, durable commits, concurrency {conc}; server, database and load generator on one machine;"
+      " every scenario's journal and balances checked against its successful calls")
+PY
