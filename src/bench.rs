@@ -168,17 +168,23 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
 
     let report = Report::new(args, &tally);
     if args.json {
-        println!("{}", report.json());
+        say(&report.json());
     } else {
-        println!("{report}");
+        say(&report.to_string());
     }
     if let (Some(url), Some(before)) = (&args.database_url, before) {
         check(url, &before, &plan, &tally).await?;
         if !args.json {
-            println!("check: the journal and the balances match the successful calls");
+            say("check: the journal and the balances match the successful calls");
         }
     }
     Ok(())
+}
+
+/// Prints a line; a closed stdout (`| head`) is not an error worth a panic.
+fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout(), "{line}");
 }
 
 struct Plan {
