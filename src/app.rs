@@ -29,7 +29,13 @@ use crate::telemetry::metrics;
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub listen: SocketAddr,
+    /// The database; on a cluster, the node this instance prefers.
     pub database_url: String,
+    /// Other nodes of the same database, tried in order when the preferred one
+    /// does not answer.
+    pub failover_urls: Vec<String>,
+    /// SQL run on every new connection (e.g. causal reads on a cluster).
+    pub session_init: Option<String>,
     pub pool: PoolSettings,
     pub limits: Limits,
     /// Apply pending migrations at start; when false, refuse to start if any are.
@@ -57,6 +63,8 @@ impl Settings {
         Self {
             listen,
             database_url: database_url.into(),
+            failover_urls: Vec::new(),
+            session_init: None,
             pool: PoolSettings {
                 size: 16,
                 checkout_timeout: Duration::from_secs(5),
@@ -75,6 +83,22 @@ impl Settings {
             max_message_bytes: 65_536,
         }
     }
+}
+
+/// The startup self-check (SPEC 3.3) against every configured node that answers;
+/// one that does not is checked when a connection to it is first opened (every new
+/// connection is).
+async fn check_every_node(urls: &[String]) -> anyhow::Result<()> {
+    for url in urls {
+        let at = migrate::describe(url);
+        match db::pool::connect(url).await {
+            Ok(mut conn) => self_check::verify_affected_rows(&mut conn)
+                .await
+                .with_context(|| format!("the self-check failed on {at}"))?,
+            Err(e) => tracing::warn!(%at, error = %e, "node unreachable; checked when first used"),
+        }
+    }
+    Ok(())
 }
 
 /// A server certificate chain and its key, checked to make a TLS configuration.
@@ -124,8 +148,10 @@ impl Application {
         settings: Settings,
         before_commit: Option<BeforeCommit>,
     ) -> anyhow::Result<Self> {
-        let url = &settings.database_url;
-        migrate::wait_for_database(url, settings.connect_timeout).await?;
+        let urls: Vec<String> = std::iter::once(settings.database_url.clone())
+            .chain(settings.failover_urls.iter().cloned())
+            .collect();
+        let url = &migrate::wait_for_any(&urls, settings.connect_timeout).await?;
         if settings.migrate {
             let applied = migrate::run_migrations(url).await?;
             if !applied.is_empty() {
@@ -138,15 +164,18 @@ impl Application {
                 "the database has pending migrations {pending:?}: run `ledger migrate` first"
             );
         }
-        let pools = db::Pools::build(url, settings.pool, settings.limits.lock_wait);
-        {
-            let mut conn = pools
-                .keyed
-                .get()
-                .await
-                .context("cannot open a pooled database connection")?;
-            self_check::verify_affected_rows(&mut conn).await?;
-        }
+        check_every_node(&urls).await?;
+        let pools = db::Pools::build(
+            &urls,
+            settings.pool,
+            settings.limits.lock_wait,
+            settings.session_init.clone(),
+        );
+        pools
+            .keyed
+            .get()
+            .await
+            .context("cannot open a pooled database connection")?;
         if let Some(addr) = settings.metrics_listen {
             metrics::install(addr)?;
             tracing::info!(%addr, "serving Prometheus metrics at /metrics");

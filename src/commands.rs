@@ -96,7 +96,14 @@ where
     F: FnOnce(String) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
-    if let Some(url) = &args.database_url {
+    if let Some(url) = args.database_url.first() {
+        let name = migrate::database_name(url)?;
+        for other in &args.database_url {
+            anyhow::ensure!(
+                migrate::database_name(other)? == name,
+                "every --database-url must name the same database"
+            );
+        }
         return work(url.clone()).await;
     }
     let dir = &args.data_dir;

@@ -118,15 +118,22 @@ pub struct ServeArgs {
 #[derive(Debug, Args)]
 pub struct DatabaseArgs {
     /// MySQL or MariaDB URL, e.g. mysql://user:pass@db:3306/ledger; the database it
-    /// names is created if missing. Without it, a private development server is run
-    /// in --data-dir
+    /// names is created if missing. Several, comma-separated, for the nodes of a
+    /// cluster: connections go to the first that answers. Without any, a private
+    /// development server is run in --data-dir
     #[arg(
         long,
         env = "LEDGER_DATABASE_URL",
         hide_env_values = true,
+        value_delimiter = ',',
         value_parser = parse_database_url
     )]
-    pub database_url: Option<String>,
+    pub database_url: Vec<String>,
+
+    /// SQL run on every new database connection, e.g. "SET SESSION wsrep_sync_wait = 1"
+    /// for causal reads on a Galera cluster
+    #[arg(long, env = "LEDGER_SESSION_INIT")]
+    pub session_init: Option<String>,
 
     /// Directory of the private development server used without --database-url
     #[arg(long, env = "LEDGER_DATA_DIR", default_value = "ledger-data")]
@@ -188,15 +195,25 @@ impl HealthcheckArgs {
 }
 
 impl ServeArgs {
-    /// The settings to serve with, on the database at `database_url`.
+    /// The settings to serve with, on the database at `database_url` (with the
+    /// other configured URLs, if any, as failovers).
     pub fn settings(&self, database_url: String) -> anyhow::Result<Settings> {
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(TlsIdentity::load(cert, key)?),
             _ => None,
         };
+        let failover_urls = self
+            .database
+            .database_url
+            .iter()
+            .filter(|u| **u != database_url)
+            .cloned()
+            .collect();
         Ok(Settings {
             listen: self.listen,
             database_url,
+            failover_urls,
+            session_init: self.database.session_init.clone(),
             pool: PoolSettings {
                 size: self.pool_size,
                 checkout_timeout: self.pool_timeout,

@@ -70,6 +70,37 @@ pub fn describe(url: &str) -> String {
     )
 }
 
+/// [`wait_for_database`] over the nodes of a cluster, in order: the first that
+/// answers is returned.
+pub async fn wait_for_any(urls: &[String], timeout: Duration) -> Result<String, MigrateError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let mut last = None;
+        for url in urls {
+            match ensure_database(url).await {
+                Ok(()) => return Ok(url.clone()),
+                Err(MigrateError::Unreachable { at, reason }) => {
+                    last = Some(MigrateError::Unreachable { at, reason });
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        let Some(MigrateError::Unreachable { at, reason }) = last else {
+            return Err(MigrateError::NoDatabase);
+        };
+        if tokio::time::Instant::now() + delay >= deadline {
+            return Err(MigrateError::Unreachable {
+                at,
+                reason: format!("{reason} (gave up after {timeout:?})"),
+            });
+        }
+        tracing::info!(%at, %reason, retry_in = ?delay, "database not reachable yet");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+}
+
 /// Keeps trying [`ensure_database`] with backoff until `timeout` while the server
 /// cannot be reached (it may still be starting); other failures end at once.
 pub async fn wait_for_database(url: &str, timeout: Duration) -> Result<(), MigrateError> {

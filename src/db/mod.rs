@@ -69,16 +69,22 @@ pub struct Pools {
 }
 
 impl Pools {
-    /// Builds both: `settings.size` keyed connections, and a quarter as many (at
+    /// Builds both over the nodes `urls` (tried in order for every new
+    /// connection): `settings.size` keyed connections, and a quarter as many (at
     /// least 2) for reads, which take no locks and are over in one round trip.
-    pub fn build(url: &str, settings: PoolSettings, lock_wait: std::time::Duration) -> Self {
+    pub fn build(
+        urls: &[String],
+        settings: PoolSettings,
+        lock_wait: std::time::Duration,
+        session_init: Option<String>,
+    ) -> Self {
         let reads = PoolSettings {
             size: (settings.size / 4).max(2),
             ..settings
         };
         Self {
-            keyed: pool::build(url, settings, lock_wait),
-            reads: pool::build_reads(url, reads),
+            keyed: pool::build(urls, settings, lock_wait, session_init.clone()),
+            reads: pool::build_reads(urls, reads, session_init),
         }
     }
 }

@@ -84,35 +84,38 @@ pub async fn connect(url: &str) -> Result<Conn, ConnectionError> {
 /// Connections are not tested with a query at checkout: that would cost a round
 /// trip per call. A connection that fails is discarded ([`discard`]) and the
 /// transaction retried on another.
-pub fn build(url: &str, settings: PoolSettings, lock_wait: Duration) -> Pool {
+pub fn build(
+    urls: &[String],
+    settings: PoolSettings,
+    lock_wait: Duration,
+    session_init: Option<String>,
+) -> Pool {
     let setup = format!(
         "SET SESSION autocommit = 0, innodb_lock_wait_timeout = {}",
         lock_wait.as_secs().max(1)
     );
-    build_with(url, settings, Some(setup))
+    let setup = [Some(setup), session_init].into_iter().flatten().collect();
+    build_with(urls, settings, setup)
 }
 
 /// Builds a pool of plain (autocommit) connections, for reads and health checks.
-pub fn build_reads(url: &str, settings: PoolSettings) -> Pool {
-    build_with(url, settings, None)
+pub fn build_reads(urls: &[String], settings: PoolSettings, session_init: Option<String>) -> Pool {
+    build_with(urls, settings, session_init.into_iter().collect())
 }
 
-fn build_with(url: &str, settings: PoolSettings, setup: Option<String>) -> Pool {
+/// Every new connection goes to the first of `urls` that answers, runs `setup`,
+/// and passes the self-check (SPEC 3.3) before the pool hands it out.
+fn build_with(urls: &[String], settings: PoolSettings, setup: Vec<String>) -> Pool {
+    let urls: Arc<[String]> = urls.into();
+    let setup: Arc<[String]> = setup.into();
     let mut config = ManagerConfig::default();
     config.recycling_method = RecyclingMethod::Fast;
-    config.custom_setup = Box::new(move |url| {
-        let setup = setup.clone();
-        Box::pin(async move {
-            let mut conn = connect(url).await?;
-            if let Some(setup) = setup {
-                conn.batch_execute(&setup)
-                    .await
-                    .map_err(ConnectionError::CouldntSetupConfiguration)?;
-            }
-            Ok(conn)
-        })
+    config.custom_setup = Box::new(move |_| {
+        let (urls, setup) = (urls.clone(), setup.clone());
+        Box::pin(async move { open_first(&urls, &setup).await })
     });
-    let manager = AsyncDieselConnectionManager::new_with_config(url, config);
+    // The manager's own URL is unused: `open_first` chooses among the nodes.
+    let manager = AsyncDieselConnectionManager::new_with_config("", config);
     let connect_failures = Arc::new(watch::Sender::new(ConnectFailure::default()));
     let inner = bb8::Pool::builder()
         .max_size(settings.size)
@@ -125,6 +128,30 @@ fn build_with(url: &str, settings: PoolSettings, setup: Option<String>) -> Pool 
         inner,
         connect_failures,
     }
+}
+
+async fn open_first(urls: &[String], setup: &[String]) -> Result<Conn, ConnectionError> {
+    let mut last = ConnectionError::BadConnection("no database URL".into());
+    for url in urls {
+        match open(url, setup).await {
+            Ok(conn) => return Ok(conn),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+async fn open(url: &str, setup: &[String]) -> Result<Conn, ConnectionError> {
+    let mut conn = connect(url).await?;
+    for sql in setup {
+        conn.batch_execute(sql)
+            .await
+            .map_err(ConnectionError::CouldntSetupConfiguration)?;
+    }
+    super::self_check::verify_affected_rows(&mut conn)
+        .await
+        .map_err(|e| ConnectionError::BadConnection(e.to_string()))?;
+    Ok(conn)
 }
 
 /// Marks a connection so the pool drops it instead of handing it out again: its

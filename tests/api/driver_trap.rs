@@ -66,12 +66,13 @@ async fn the_service_connections_report_affected_rows() {
 
     // And the pool is built from the same connections.
     let pool = pool::build(
-        &db.url,
+        std::slice::from_ref(&db.url),
         pool::PoolSettings {
             size: 1,
             checkout_timeout: std::time::Duration::from_secs(5),
         },
         std::time::Duration::from_secs(5),
+        None,
     );
     let mut pooled = pool.get().await.unwrap();
     assert_eq!(probe_twice(&mut pooled).await, (1, 0));

@@ -10,13 +10,7 @@ use rand::{RngExt as _, SeedableRng as _};
 use tokio::time::Instant;
 use tonic::Code;
 
-use crate::helpers::{Config, Gate, TestApp, TestDb, charge, replayed};
-
-fn with_deadline<T>(message: T, deadline: Duration) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.set_timeout(deadline);
-    request
-}
+use crate::helpers::{Config, Gate, TestApp, TestDb, charge, replayed, with_deadline};
 
 /// A duplicate behind an original that holds its transaction for 10 s, called with
 /// a 1 s deadline, is answered within about 2 s and leaves no trace; the original

@@ -91,6 +91,8 @@ pub struct TestDb {
     pub name: String,
     pub url: String,
     server: String,
+    /// Run on every assertion connection (e.g. causal reads on a cluster).
+    session_init: Option<String>,
 }
 
 impl TestDb {
@@ -102,14 +104,36 @@ impl TestDb {
     pub fn on(server: String) -> Self {
         let name = format!("ledger_test_{:016x}", rand::random::<u64>());
         let url = format!("{server}/{name}");
-        Self { name, url, server }
+        Self {
+            name,
+            url,
+            server,
+            session_init: None,
+        }
+    }
+
+    /// A database on a cluster: created through `server`, with assertions that
+    /// wait for every write the cluster has committed (`wsrep_sync_wait`).
+    pub fn on_cluster(server: String) -> Self {
+        let mut db = Self::on(server);
+        db.session_init = Some("SET SESSION wsrep_sync_wait = 15".into());
+        db
+    }
+
+    /// This database's URL on another server (another node of a cluster).
+    pub fn url_on(&self, server: &str) -> String {
+        format!("{}/{}", server.trim_end_matches('/'), self.name)
     }
 
     /// A plain connection for assertions (not the service's pool).
     pub async fn sql(&self) -> mysql_async::Conn {
-        mysql_async::Conn::from_url(&self.url)
+        let mut conn = mysql_async::Conn::from_url(&self.url)
             .await
-            .expect("test SQL connection")
+            .expect("test SQL connection");
+        if let Some(init) = &self.session_init {
+            conn.query_drop(init).await.expect("session init");
+        }
+        conn
     }
 
     pub async fn balance(&self, account_id: u64) -> i64 {
@@ -319,6 +343,9 @@ pub struct Config {
     pub tls: Option<TlsIdentity>,
     pub metrics_listen: Option<std::net::SocketAddr>,
     pub max_message_bytes: usize,
+    /// The database URL, when not the test database's own (another cluster node).
+    pub database_url: Option<String>,
+    pub session_init: Option<String>,
 }
 
 impl Default for Config {
@@ -333,6 +360,8 @@ impl Default for Config {
             tls: None,
             metrics_listen: None,
             max_message_bytes: 65_536,
+            database_url: None,
+            session_init: None,
         }
     }
 }
@@ -363,7 +392,12 @@ impl TestApp {
 
     pub async fn spawn_with(db: &TestDb, config: Config) -> Self {
         init_logs();
-        let mut settings = Settings::new("127.0.0.1:0".parse().unwrap(), db.url.clone());
+        let url = config
+            .database_url
+            .clone()
+            .unwrap_or_else(|| db.url.clone());
+        let mut settings = Settings::new("127.0.0.1:0".parse().unwrap(), url);
+        settings.session_init = config.session_init.clone();
         settings.pool = PoolSettings {
             size: config.pool_size,
             checkout_timeout: config.pool_timeout,
@@ -619,12 +653,17 @@ impl LedgerProcess {
     /// `ledger serve` on `db` at `addr`. It is killed when the test's thread ends
     /// (`setpriv --pdeathsig`), so no server outlives a failed test.
     pub async fn serve_on(db: &TestDb, addr: SocketAddr, extra: &[&str]) -> Self {
+        Self::serve_urls(&db.url, addr, extra).await
+    }
+
+    /// `ledger serve --database-url <urls>` (comma-separated) at `addr`.
+    pub async fn serve_urls(urls: &str, addr: SocketAddr, extra: &[&str]) -> Self {
         let child = tokio::process::Command::new("setpriv")
             .args(["--pdeathsig", "KILL", "--", env!("CARGO_BIN_EXE_ledger")])
             .args([
                 "serve",
                 "--database-url",
-                &db.url,
+                urls,
                 "--listen",
                 &addr.to_string(),
             ])
@@ -708,4 +747,11 @@ pub async fn until_health(addr: SocketAddr, status: ServingStatus) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A request that carries a deadline (`grpc-timeout`).
+pub fn with_deadline<T>(message: T, deadline: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(deadline);
+    request
 }

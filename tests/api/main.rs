@@ -2,7 +2,8 @@
 //! default `mysql://root@127.0.0.1:3306`). Each test gets its own database and its
 //! own service instances on random ports.
 
-#![allow(unreachable_pub, missing_debug_implementations)]
+// helpers.rs is shared with the other test binaries, each of which uses a part.
+#![allow(unreachable_pub, missing_debug_implementations, dead_code)]
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -19,7 +19,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::helpers::{
     Config, TestApp, TestDb, assert_each_key_charged_once, charge, replayed, run_ledger,
-    until_health,
+    until_health, with_deadline,
 };
 
 /// Charges with new keys until stopped, retrying each key until it gets a final
@@ -82,12 +82,6 @@ async fn assert_unavailable_fast(client: &mut LedgerClient<Channel>, account: u6
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
-}
-
-fn with_deadline<T>(message: T, deadline: Duration) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.set_timeout(deadline);
-    request
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -139,6 +139,35 @@ async fn an_unreachable_database_is_retried_then_reported() {
     );
 }
 
+/// Several URLs are the nodes of one database: a node that does not answer is
+/// skipped, and every URL must name the same database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_database_url_that_answers_is_used() {
+    let db = TestDb::new();
+    let dead = format!("mysql://root@127.0.0.1:1/{}", db.name);
+    let urls = format!("{dead},{}", db.url);
+    let addr = format!("127.0.0.1:{}", crate::helpers::free_port())
+        .parse()
+        .unwrap();
+    let server = LedgerProcess::serve_urls(&urls, addr, &[]).await;
+    let open = pb::OpenAccountRequest {
+        idempotency_key: "o".into(),
+        currency: "USD".into(),
+    };
+    LedgerClient::new(server.channel())
+        .open_account(open)
+        .await
+        .unwrap();
+
+    let mixed = format!("{},mysql://root@127.0.0.1:1/other", db.url);
+    refuses(
+        &["serve", "--database-url", &mixed],
+        1,
+        "must name the same database",
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_then_serve_without_migrating() {
     let db = TestDb::new();
