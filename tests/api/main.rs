@@ -15,6 +15,7 @@ mod helpers;
 
 mod audit;
 mod bounded_waits;
+mod commit_check;
 mod declines;
 mod driver_trap;
 mod exactly_once;

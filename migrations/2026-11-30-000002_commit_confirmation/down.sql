@@ -1,0 +1,1 @@
+DROP PROCEDURE ledger_require_committed;
