@@ -125,15 +125,18 @@ async fn run_once(
     let conn: &mut Conn = &mut conn;
     let bound = db.inner.limits.lock_wait.as_secs().max(1);
     let lock_wait = call.lock_wait_secs(db.inner.limits.lock_wait);
+    // Connections rest at the bound (see `pool::build`); only a shorter deadline
+    // costs the statements that lower it and set it back.
     let result = async {
-        // Connections rest at the bound (see `pool::build`); only a shorter
-        // deadline costs the statements that lower it and set it back.
-        if lock_wait != bound {
-            set_lock_wait(conn, lock_wait).await?;
+        if lock_wait == bound {
+            return transaction(db, conn, call, key, command, fingerprint, lock_wait).await;
         }
+        set_lock_wait(conn, lock_wait).await?;
         let result = transaction(db, conn, call, key, command, fingerprint, lock_wait).await;
-        if lock_wait != bound {
-            set_lock_wait(conn, bound).await?;
+        // The transaction has committed or rolled back, and its result stands: a
+        // connection that cannot be set back is dropped, not the answer.
+        if set_lock_wait(conn, bound).await.is_err() {
+            pool::discard(conn);
         }
         result
     }
