@@ -114,7 +114,9 @@ pub(crate) async fn classify(conn: &mut Conn, err: StepError, lock_wait: Duratio
         return AttemptError::Final(Error::internal(format!("{step:?}: {source}")));
     };
     let reported = info.message().to_owned();
-    match server_code(conn, &reported).await {
+    let code = server_code(conn, &reported).await;
+    tracing::debug!(?step, ?code, error = %reported, "statement failed");
+    match code {
         None => AttemptError::ConnectionLost(format!("{step:?}: {reported}")),
         Some(code) => by_code(code, step, lock_wait, &reported),
     }

@@ -24,7 +24,11 @@ async fn the_check_raises_a_conflict_unless_the_reply_committed() {
         let mysql_async::Error::Server(err) = err else {
             panic!("{not_committed}: {err:?}");
         };
-        assert_eq!((err.code, err.state.as_str()), (1213, "40001"), "{not_committed}");
+        assert_eq!(
+            (err.code, err.state.as_str()),
+            (1213, "40001"),
+            "{not_committed}"
+        );
     }
 
     // The service's own batches pass it.
