@@ -19,7 +19,9 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
 use crate::auth::{Authenticator, Tokens};
-use crate::db::{self, BeforeCommit, Limits, Persistence, PoolSettings, migrate, self_check};
+use crate::db::{
+    self, BeforeCommit, Limits, Persistence, PoolSettings, Session, migrate, self_check,
+};
 use crate::grpc::{LedgerService, ProtoEncoder, ResourceExhausted};
 use crate::health;
 use crate::proto::pb;
@@ -34,8 +36,9 @@ pub struct Settings {
     /// Other nodes of the same database, tried in order when the preferred one
     /// does not answer.
     pub failover_urls: Vec<String>,
-    /// SQL run on every new connection (e.g. causal reads on a cluster).
-    pub session_init: Option<String>,
+    /// SQL run on every new connection (e.g. causal reads on a cluster), and
+    /// whether to assume a multi-primary cluster.
+    pub session: Session,
     pub pool: PoolSettings,
     pub limits: Limits,
     /// Apply pending migrations at start; when false, refuse to start if any are.
@@ -64,7 +67,7 @@ impl Settings {
             listen,
             database_url: database_url.into(),
             failover_urls: Vec::new(),
-            session_init: None,
+            session: Session::default(),
             pool: PoolSettings {
                 size: 16,
                 checkout_timeout: Duration::from_secs(5),
@@ -92,9 +95,18 @@ async fn check_every_node(urls: &[String]) -> anyhow::Result<()> {
     for url in urls {
         let at = migrate::describe(url);
         match db::pool::connect(url).await {
-            Ok(mut conn) => self_check::verify_affected_rows(&mut conn)
-                .await
-                .with_context(|| format!("the self-check failed on {at}"))?,
+            Ok(mut conn) => {
+                let failed = || format!("the self-check failed on {at}");
+                self_check::verify_affected_rows(&mut conn)
+                    .await
+                    .with_context(failed)?;
+                if self_check::is_multi_primary(&mut conn)
+                    .await
+                    .with_context(failed)?
+                {
+                    tracing::info!(%at, "a multi-primary node: final batches are guarded and checked after COMMIT");
+                }
+            }
             Err(e) => tracing::warn!(%at, error = %e, "node unreachable; checked when first used"),
         }
     }
@@ -169,7 +181,7 @@ impl Application {
             &urls,
             settings.pool,
             settings.limits.lock_wait,
-            settings.session_init.clone(),
+            &settings.session,
         );
         pools
             .keyed

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::app::{Settings, TlsIdentity};
 use crate::auth::Tokens;
-use crate::db::{Limits, PoolSettings, migrate};
+use crate::db::{Limits, MultiPrimary, PoolSettings, Session, migrate};
 use crate::telemetry::LogFormat;
 
 /// MySQL's upper bound for `innodb_lock_wait_timeout`, in seconds.
@@ -107,6 +107,11 @@ pub struct ServeArgs {
     /// The PEM private key of --tls-cert
     #[arg(long, env = "LEDGER_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+
+    /// Whether the database is a multi-primary cluster (Galera, Group Replication),
+    /// where each transaction's final batch is guarded and checked after COMMIT
+    #[arg(long, env = "LEDGER_MULTI_PRIMARY", value_enum, default_value_t)]
+    pub multi_primary: MultiPrimary,
 
     /// Largest request message accepted, in bytes; larger ones get RESOURCE_EXHAUSTED
     #[arg(long, env = "LEDGER_MAX_MESSAGE_SIZE", default_value_t = 65_536,
@@ -213,7 +218,10 @@ impl ServeArgs {
             listen: self.listen,
             database_url,
             failover_urls,
-            session_init: self.database.session_init.clone(),
+            session: Session {
+                init: self.database.session_init.clone(),
+                multi_primary: self.multi_primary,
+            },
             pool: PoolSettings {
                 size: self.pool_size,
                 checkout_timeout: self.pool_timeout,

@@ -77,6 +77,22 @@ async fn settle(
     }
 }
 
+/// Every node is recognized as multi-primary, so the service's final batches there
+/// are guarded and checked after COMMIT (`db::writes`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Galera cluster: scripts/galera-cluster.sh start"]
+async fn every_node_is_recognized_as_multi_primary() {
+    for node in nodes() {
+        let mut conn = ledger::db::pool::connect(&node).await.unwrap();
+        assert!(
+            ledger::db::self_check::is_multi_primary(&mut conn)
+                .await
+                .unwrap(),
+            "{node}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a Galera cluster: scripts/galera-cluster.sh start"]
 async fn a_retry_through_another_node_replays() {

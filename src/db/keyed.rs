@@ -9,6 +9,7 @@
 //!                        replay the stored outcome
 //! then, in one round trip:
 //!   UPDATE accounts ...; INSERT INTO entries ...; UPDATE idempotency_keys SET outcome ...; COMMIT
+//!   (on a multi-primary cluster, guarded, and checked after COMMIT: `writes`)
 //! unless the caller is gone or its deadline passed: then ROLLBACK
 //! ```
 //!
@@ -194,7 +195,7 @@ async fn transaction(
                 before_commit(db, call, key, command).await;
             }
             call.begin_commit()
-                .map(|()| (outcome, writes))
+                .map(|()| (outcome, writes.then_commit(db.batch())))
                 .map_err(Failure::Final)
         }
         Err(failure) => Err(failure),
@@ -213,21 +214,18 @@ async fn before_commit(db: &Persistence, call: &Call, key: &ScopedKey, command: 
     }
 }
 
-/// Sends the final writes with COMMIT, or rolls back after a failure; classifies
-/// what the server reports while the connection still holds the error.
+/// Sends the final writes with COMMIT (`commit`, from [`Writes::then_commit`]), or
+/// rolls back after a failure; classifies what the server reports while the
+/// connection still holds the error.
 async fn finish(
     conn: &mut Conn,
     call: &Call,
-    decided: Result<(KeyedOutcome, Writes), Failure>,
+    decided: Result<(KeyedOutcome, String), Failure>,
     lock_wait: Duration,
 ) -> Result<KeyedOutcome, AttemptError> {
     let failure = match decided {
-        Ok((outcome, writes)) => {
-            match conn
-                .batch_execute(&writes.then_commit())
-                .await
-                .at(Step::Commit)
-            {
+        Ok((outcome, commit)) => {
+            match conn.batch_execute(&commit).await.at(Step::Commit) {
                 Ok(()) => return Ok(outcome),
                 Err(e) => {
                     // A statement of the batch or the COMMIT failed; either way

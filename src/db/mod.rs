@@ -31,7 +31,7 @@ use crate::call::Call;
 use crate::error::Error;
 use crate::ledger::{Account, AccountId, Command, KeyedOutcome, Method, OutcomeEncoder, ScopedKey};
 use failure::{AttemptError, Failure, classify};
-pub use pool::{Pool, PoolSettings};
+pub use pool::{MultiPrimary, Pool, PoolSettings, Session};
 
 /// Bounds on waiting and retrying. Every wait in a transaction is bounded by one of
 /// these or by the caller's deadline, whichever is shorter.
@@ -76,15 +76,15 @@ impl Pools {
         urls: &[String],
         settings: PoolSettings,
         lock_wait: std::time::Duration,
-        session_init: Option<String>,
+        session: &Session,
     ) -> Self {
         let reads = PoolSettings {
             size: (settings.size / 4).max(2),
             ..settings
         };
         Self {
-            keyed: pool::build(urls, settings, lock_wait, session_init.clone()),
-            reads: pool::build_reads(urls, reads, session_init),
+            keyed: pool::build(urls, settings, lock_wait, session),
+            reads: pool::build_reads(urls, reads, session),
         }
     }
 }
@@ -133,6 +133,15 @@ impl Persistence {
                 encoder,
                 before_commit,
             }),
+        }
+    }
+
+    /// How final batches are sent on the keyed pool's connections.
+    fn batch(&self) -> writes::Batch {
+        if self.inner.pool.multi_primary() {
+            writes::Batch::Guarded
+        } else {
+            writes::Batch::Plain
         }
     }
 

@@ -10,6 +10,7 @@
 //! connection while the database is unreachable learns it at once.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use diesel::ConnectionError;
@@ -20,6 +21,8 @@ use diesel_async::pooled_connection::{
 };
 use mysql_async::{Opts, OptsBuilder};
 use tokio::sync::watch;
+
+use super::self_check;
 
 pub type Conn = AsyncMysqlConnection;
 type Manager = AsyncDieselConnectionManager<Conn>;
@@ -44,11 +47,26 @@ pub enum CheckoutError {
     TimedOut,
 }
 
+/// Whether the database may abort a transaction from another node, between the
+/// statements of a batch (a multi-primary cluster: Galera, Group Replication).
+/// Final batches are then guarded and checked after COMMIT (`db::writes`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MultiPrimary {
+    /// Ask every server a connection is opened to
+    #[default]
+    Auto,
+    /// Assume it, e.g. behind a proxy that hides the servers' settings
+    On,
+}
+
 #[derive(Debug, Clone)]
 pub struct Pool {
     inner: bb8::Pool<Manager>,
     /// The latest connect failure; every new one changes the value.
     connect_failures: Arc<watch::Sender<ConnectFailure>>,
+    /// Set, for good, before the first connection to a multi-primary node is
+    /// handed out.
+    multi_primary: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -88,31 +106,60 @@ pub fn build(
     urls: &[String],
     settings: PoolSettings,
     lock_wait: Duration,
-    session_init: Option<String>,
+    session: &Session,
 ) -> Pool {
     let setup = format!(
         "SET SESSION autocommit = 0, innodb_lock_wait_timeout = {}",
         lock_wait.as_secs().max(1)
     );
-    let setup = [Some(setup), session_init].into_iter().flatten().collect();
-    build_with(urls, settings, setup)
+    let setup = [Some(setup), session.init.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
+    build_with(urls, settings, setup, session.multi_primary)
 }
 
 /// Builds a pool of plain (autocommit) connections, for reads and health checks.
-pub fn build_reads(urls: &[String], settings: PoolSettings, session_init: Option<String>) -> Pool {
-    build_with(urls, settings, session_init.into_iter().collect())
+pub fn build_reads(urls: &[String], settings: PoolSettings, session: &Session) -> Pool {
+    build_with(
+        urls,
+        settings,
+        session.init.iter().cloned().collect(),
+        session.multi_primary,
+    )
+}
+
+/// What every connection of a pool is told or asked when it is opened.
+#[derive(Debug, Clone, Default)]
+pub struct Session {
+    /// SQL run on every new connection (e.g. causal reads on a cluster).
+    pub init: Option<String>,
+    pub multi_primary: MultiPrimary,
 }
 
 /// Every new connection goes to the first of `urls` that answers, runs `setup`,
 /// and passes the self-check (SPEC 3.3) before the pool hands it out.
-fn build_with(urls: &[String], settings: PoolSettings, setup: Vec<String>) -> Pool {
+fn build_with(
+    urls: &[String],
+    settings: PoolSettings,
+    setup: Vec<String>,
+    multi_primary: MultiPrimary,
+) -> Pool {
     let urls: Arc<[String]> = urls.into();
     let setup: Arc<[String]> = setup.into();
+    let multi_primary = Arc::new(AtomicBool::new(multi_primary == MultiPrimary::On));
+    let seen = multi_primary.clone();
     let mut config = ManagerConfig::default();
     config.recycling_method = RecyclingMethod::Fast;
     config.custom_setup = Box::new(move |_| {
-        let (urls, setup) = (urls.clone(), setup.clone());
-        Box::pin(async move { open_first(&urls, &setup).await })
+        let (urls, setup, seen) = (urls.clone(), setup.clone(), seen.clone());
+        Box::pin(async move {
+            let (conn, multi_primary) = open_first(&urls, &setup).await?;
+            if multi_primary {
+                seen.store(true, Ordering::Release);
+            }
+            Ok(conn)
+        })
     });
     // The manager's own URL is unused: `open_first` chooses among the nodes.
     let manager = AsyncDieselConnectionManager::new_with_config("", config);
@@ -127,31 +174,35 @@ fn build_with(urls: &[String], settings: PoolSettings, setup: Vec<String>) -> Po
     Pool {
         inner,
         connect_failures,
+        multi_primary,
     }
 }
 
-async fn open_first(urls: &[String], setup: &[String]) -> Result<Conn, ConnectionError> {
+/// A connection, and whether its server is a multi-primary node.
+async fn open_first(urls: &[String], setup: &[String]) -> Result<(Conn, bool), ConnectionError> {
     let mut last = ConnectionError::BadConnection("no database URL".into());
     for url in urls {
         match open(url, setup).await {
-            Ok(conn) => return Ok(conn),
+            Ok(opened) => return Ok(opened),
             Err(e) => last = e,
         }
     }
     Err(last)
 }
 
-async fn open(url: &str, setup: &[String]) -> Result<Conn, ConnectionError> {
+async fn open(url: &str, setup: &[String]) -> Result<(Conn, bool), ConnectionError> {
     let mut conn = connect(url).await?;
     for sql in setup {
         conn.batch_execute(sql)
             .await
             .map_err(ConnectionError::CouldntSetupConfiguration)?;
     }
-    super::self_check::verify_affected_rows(&mut conn)
+    let bad = |e: self_check::SelfCheckError| ConnectionError::BadConnection(e.to_string());
+    self_check::verify_affected_rows(&mut conn)
         .await
-        .map_err(|e| ConnectionError::BadConnection(e.to_string()))?;
-    Ok(conn)
+        .map_err(bad)?;
+    let multi_primary = self_check::is_multi_primary(&mut conn).await.map_err(bad)?;
+    Ok((conn, multi_primary))
 }
 
 /// Marks a connection so the pool drops it instead of handing it out again: its
@@ -189,6 +240,12 @@ impl Pool {
                 Err(CheckoutError::Unreachable(failures.borrow().reason.clone()))
             }
         }
+    }
+
+    /// Whether any connection of this pool has gone to a multi-primary node (or
+    /// one is assumed). Read after checkout, it covers the connection checked out.
+    pub fn multi_primary(&self) -> bool {
+        self.multi_primary.load(Ordering::Acquire)
     }
 
     pub fn state(&self) -> bb8::State {

@@ -2,7 +2,13 @@
 //! connection reports affected rows the way the probe relies on, 1 for a new key and
 //! 0 for a duplicate. It runs in a temporary table, so it leaves no trace in the
 //! ledger's tables.
+//!
+//! Every connection also asks whether its server is a node of a multi-primary
+//! cluster, where another node's write can abort a transaction between the
+//! statements of a batch (`db::writes`).
 
+use diesel::QueryableByName;
+use diesel::sql_types::Text;
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 
 use super::pool::Conn;
@@ -39,4 +45,25 @@ pub async fn verify_affected_rows(conn: &mut Conn) -> Result<(), SelfCheckError>
         (1, 0) => Ok(()),
         (new, duplicate) => Err(SelfCheckError::AffectedRows { new, duplicate }),
     }
+}
+
+/// True on a Galera node (`wsrep_on`) and on a MySQL server configured for Group
+/// Replication (a group name set), whether or not it is the group's primary now.
+pub async fn is_multi_primary(conn: &mut Conn) -> Result<bool, SelfCheckError> {
+    #[derive(QueryableByName)]
+    struct Variable {
+        #[diesel(sql_type = Text, column_name = Variable_name)]
+        name: String,
+        #[diesel(sql_type = Text, column_name = Value)]
+        value: String,
+    }
+    let variables: Vec<Variable> = diesel::sql_query(
+        "SHOW VARIABLES WHERE Variable_name IN ('wsrep_on', 'group_replication_group_name')",
+    )
+    .load(conn)
+    .await?;
+    Ok(variables.iter().any(|v| match v.name.as_str() {
+        "wsrep_on" => v.value.eq_ignore_ascii_case("ON"),
+        _ => !v.value.is_empty(),
+    }))
 }

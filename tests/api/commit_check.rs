@@ -1,16 +1,22 @@
-//! The check that ends every final batch (`db::writes`): after COMMIT, the batch
-//! raises a deadlock error unless the key's committed reply is the transaction's
-//! own, so a COMMIT that reported success with nothing in it (a Galera cluster can
-//! do that; tests/galera.rs) is retried like any conflict instead of answered.
+//! Multi-primary batches (`db::writes`, `Batch::Guarded`): every write guarded, and
+//! after COMMIT a check that raises a deadlock error unless the key's committed
+//! reply is the transaction's own, so a COMMIT that reported success with nothing
+//! in it (a Galera cluster can do that; tests/galera.rs) is retried like any
+//! conflict instead of answered. A single server is detected as such and spared
+//! them (tests/api/driver_trap.rs); `--multi-primary on` forces them, which is how
+//! they run here.
 
+use ledger::db::MultiPrimary;
+use ledger::proto::pb;
 use mysql_async::prelude::Queryable;
+use tonic::Code;
 
-use crate::helpers::{TestApp, TestDb, charge};
+use crate::helpers::{Config, TestApp, TestDb, charge, replayed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_check_raises_a_conflict_unless_the_reply_committed() {
     let db = TestDb::new();
-    let app = TestApp::spawn(&db).await; // migrates
+    let _app = TestApp::spawn(&db).await; // migrates
     let mut sql = db.sql().await;
 
     sql.query_drop("CALL ledger_require_committed(TRUE)")
@@ -30,14 +36,63 @@ async fn the_check_raises_a_conflict_unless_the_reply_committed() {
             "{not_committed}"
         );
     }
+}
 
-    // The service's own batches pass it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guarded_batches_commit_every_kind_of_outcome() {
+    let db = TestDb::new();
+    let config = Config {
+        multi_primary: MultiPrimary::On,
+        ..Config::default()
+    };
+    let app = TestApp::spawn_with(&db, config).await;
+    let mut client = app.client().await;
+
+    // An opened account, a credit, a charge: outcome rows, balances, entries.
     let account = app.funded_account("USD", 100).await;
-    app.client()
+    let first = client
+        .charge(charge("guarded", account, 40))
         .await
-        .charge(charge("checked", account, 40))
+        .unwrap()
+        .into_inner();
+    assert_eq!(db.balance(account).await, 60);
+    assert_eq!(db.entries_for_key("guarded").await, 1);
+
+    // A replay answers the committed reply.
+    let again = client.charge(charge("guarded", account, 40)).await.unwrap();
+    assert!(replayed(again.metadata()));
+    assert_eq!(again.into_inner(), first);
+
+    // A decline is stored with no entry, and replayed.
+    for _ in 0..2 {
+        let declined = client
+            .charge(charge("too-much", account, 1_000))
+            .await
+            .unwrap_err();
+        assert_eq!(declined.code(), Code::FailedPrecondition);
+    }
+    assert_eq!(db.entries_for_key("too-much").await, 0);
+    assert_eq!(db.key_rows("too-much").await, 1);
+    assert_eq!(db.balance(account).await, 60);
+
+    // Two charges on one account: the second is numbered after the first.
+    client
+        .charge(charge("guarded-2", account, 10))
         .await
         .unwrap();
-    assert_eq!(db.balance(account).await, 60);
-    assert_eq!(db.entries_for_key("checked").await, 1);
+    let got = client
+        .get_account(pb::GetAccountRequest {
+            account_id: account,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.balance, 50);
+    assert_eq!(
+        db.count(&format!(
+            "SELECT COUNT(*) FROM entries WHERE account_id = {account} AND account_seq IN (1, 2, 3)"
+        ))
+        .await,
+        3
+    );
 }

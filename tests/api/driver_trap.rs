@@ -72,10 +72,12 @@ async fn the_service_connections_report_affected_rows() {
             checkout_timeout: std::time::Duration::from_secs(5),
         },
         std::time::Duration::from_secs(5),
-        None,
+        &pool::Session::default(),
     );
     let mut pooled = pool.get().await.unwrap();
     assert_eq!(probe_twice(&mut pooled).await, (1, 0));
+    // A single server: final batches go without the cluster's guards.
+    assert!(!pool.multi_primary());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

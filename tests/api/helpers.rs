@@ -11,7 +11,7 @@ use bytes::{Buf as _, BufMut as _, Bytes};
 use futures::FutureExt as _;
 use ledger::app::{Application, Settings, TlsIdentity};
 use ledger::auth::Tokens;
-use ledger::db::{BeforeCommit, BeforeCommitEvent, Limits, PoolSettings};
+use ledger::db::{BeforeCommit, BeforeCommitEvent, Limits, MultiPrimary, PoolSettings, Session};
 use ledger::managed::{ManagedOptions, ManagedServer};
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
@@ -346,6 +346,7 @@ pub struct Config {
     /// The database URL, when not the test database's own (another cluster node).
     pub database_url: Option<String>,
     pub session_init: Option<String>,
+    pub multi_primary: MultiPrimary,
 }
 
 impl Default for Config {
@@ -362,6 +363,7 @@ impl Default for Config {
             max_message_bytes: 65_536,
             database_url: None,
             session_init: None,
+            multi_primary: MultiPrimary::Auto,
         }
     }
 }
@@ -397,7 +399,10 @@ impl TestApp {
             .clone()
             .unwrap_or_else(|| db.url.clone());
         let mut settings = Settings::new("127.0.0.1:0".parse().unwrap(), url);
-        settings.session_init = config.session_init.clone();
+        settings.session = Session {
+            init: config.session_init.clone(),
+            multi_primary: config.multi_primary,
+        };
         settings.pool = PoolSettings {
             size: config.pool_size,
             checkout_timeout: config.pool_timeout,
