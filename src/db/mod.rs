@@ -2,7 +2,8 @@
 //! named operation.
 //!
 //! - `pool`: connections without `CLIENT_FOUND_ROWS`, and the bb8 pool.
-//! - `self_check`: the startup check that the probe reports 1 then 0.
+//! - `self_check`: the check, at start and on every new connection, that the probe
+//!   reports 1 then 0; and whether the server is a multi-primary node.
 //! - `migrate`: database creation and the embedded migrations.
 //! - `keyed`: the exactly-once transaction of SPEC 3.2, with its retries.
 //! - `failure`: classification of failed statements by MySQL error code.
