@@ -96,3 +96,43 @@ async fn guarded_batches_commit_every_kind_of_outcome() {
         3
     );
 }
+
+/// Which batches carry the check: with the procedure replaced by one that records
+/// its calls, a single server (detected) never calls it, and `--multi-primary on`
+/// calls it once per new key, always finding the reply committed; a replay, which
+/// writes nothing, does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_multi_primary_batches_are_checked() {
+    for (multi_primary, checks) in [(MultiPrimary::Auto, 0), (MultiPrimary::On, 3)] {
+        let db = TestDb::new();
+        let config = Config {
+            multi_primary,
+            ..Config::default()
+        };
+        let app = TestApp::spawn_with(&db, config).await;
+        db.sql()
+            .await
+            .query_drop(
+                "DROP PROCEDURE ledger_require_committed; \
+                 CREATE TABLE checks (committed BOOLEAN); \
+                 CREATE PROCEDURE ledger_require_committed(IN committed BOOLEAN) \
+                 INSERT INTO checks VALUES (committed)",
+            )
+            .await
+            .unwrap();
+
+        let account = app.funded_account("USD", 100).await; // two new keys
+        let mut client = app.client().await;
+        for _ in 0..2 {
+            client.charge(charge("checked", account, 10)).await.unwrap();
+        }
+        assert_eq!(
+            db.count("SELECT COUNT(*) FROM checks WHERE committed")
+                .await,
+            checks,
+            "{multi_primary:?}"
+        );
+        assert_eq!(db.count("SELECT COUNT(*) FROM checks").await, checks);
+        assert_eq!(db.balance(account).await, 90);
+    }
+}
