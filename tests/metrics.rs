@@ -136,15 +136,7 @@ async fn known_calls(db: &TestDb, app: &TestApp, account: u64) {
     };
     client.get_account(read).await.unwrap();
 
-    let mut holder = db.sql().await;
-    holder.query_drop("BEGIN").await.unwrap();
-    holder
-        .exec_drop(
-            "SELECT balance FROM accounts WHERE account_id = ? FOR UPDATE",
-            (account,),
-        )
-        .await
-        .unwrap();
+    let mut holder = db.lock_account(account).await;
     client.charge(charge("busy", account, 1)).await.unwrap_err();
     holder.query_drop("ROLLBACK").await.unwrap();
 }

@@ -7,23 +7,17 @@ use mysql_async::prelude::Queryable as _;
 use tonic::Code;
 use tonic_types::StatusExt as _;
 
-use crate::helpers::{Config, Gate, TestApp, TestDb, charge, replayed};
+use crate::helpers::{Config, HeldCharge, TestApp, TestDb, charge, replayed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_duplicate_parked_past_the_lock_wait_is_told_to_retry() {
     let db = TestDb::new();
-    let gate = Gate::new("slow");
-    let config = Config {
-        lock_wait: Duration::from_secs(1),
-        gate: Some(gate.clone()),
-        ..Config::default()
-    };
-    let app = TestApp::spawn_with(&db, config).await;
-    let account = app.funded_account("USD", 100).await;
-
-    let mut client = app.client().await;
-    let original = tokio::spawn(async move { client.charge(charge("slow", account, 10)).await });
-    gate.reached().await;
+    let HeldCharge {
+        app,
+        gate,
+        account,
+        original,
+    } = HeldCharge::start(&db, "slow", Duration::from_secs(1)).await;
 
     let status = app
         .client()
@@ -61,15 +55,7 @@ async fn a_charge_on_a_locked_account_is_told_to_retry_and_leaves_no_trace() {
     let app = TestApp::spawn_with(&db, config).await;
     let account = app.funded_account("USD", 100).await;
 
-    let mut holder = db.sql().await;
-    holder.query_drop("BEGIN").await.unwrap();
-    holder
-        .exec_drop(
-            "SELECT balance FROM accounts WHERE account_id = ? FOR UPDATE",
-            (account,),
-        )
-        .await
-        .unwrap();
+    let mut holder = db.lock_account(account).await;
 
     let status = app
         .client()
@@ -98,18 +84,12 @@ async fn a_charge_on_a_locked_account_is_told_to_retry_and_leaves_no_trace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_callers_deadline_bounds_the_wait_and_nothing_is_recorded() {
     let db = TestDb::new();
-    let gate = Gate::new("held");
-    let config = Config {
-        lock_wait: Duration::from_secs(30),
-        gate: Some(gate.clone()),
-        ..Config::default()
-    };
-    let app = TestApp::spawn_with(&db, config).await;
-    let account = app.funded_account("USD", 100).await;
-
-    let mut client = app.client().await;
-    let original = tokio::spawn(async move { client.charge(charge("held", account, 10)).await });
-    gate.reached().await;
+    let HeldCharge {
+        app,
+        gate,
+        account,
+        original,
+    } = HeldCharge::start(&db, "held", Duration::from_secs(30)).await;
 
     let mut request = tonic::Request::new(charge("held", account, 10));
     request.set_timeout(Duration::from_secs(1));

@@ -1,25 +1,62 @@
 //! The seed scenarios and the keys' byte-exact identity.
 
+use bytes::Bytes;
 use ledger::proto::pb;
+use tokio::task::JoinHandle;
 use tokio::time::Duration;
+use tonic::metadata::MetadataMap;
 
 use crate::helpers::{Config, Gate, TestApp, TestDb, charge, raw_call, replayed};
+
+type Answer = JoinHandle<Result<(MetadataMap, Bytes), tonic::Status>>;
+
+/// Instance `a`, whose transactions for `key` wait at the returned gate before
+/// COMMIT, and instance `b`, on the same database.
+async fn two_instances_gating(db: &TestDb, key: &str) -> (TestApp, TestApp, Gate) {
+    let gate = Gate::new(key);
+    let config = Config {
+        gate: Some(gate.clone()),
+        ..Config::default()
+    };
+    let a = TestApp::spawn_with(db, config).await;
+    let b = TestApp::spawn(db).await;
+    (a, b, gate)
+}
+
+/// Charge 25 with key req-99 through `a`, held at the gate after its probe and
+/// debit; then its duplicate through `b`, shown to be still waiting after 300 ms.
+async fn held_original_and_waiting_duplicate(
+    a: &TestApp,
+    b: &TestApp,
+    gate: &Gate,
+    account: u64,
+) -> (Answer, Answer) {
+    let original = tokio::spawn(raw_call(
+        a.channel().await,
+        "Charge",
+        charge("req-99", account, 25),
+    ));
+    gate.reached().await;
+    let mut duplicate = tokio::spawn(raw_call(
+        b.channel().await,
+        "Charge",
+        charge("req-99", account, 25),
+    ));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut duplicate)
+            .await
+            .is_err(),
+        "the duplicate waits for the original"
+    );
+    (original, duplicate)
+}
 
 /// Seed scenario 1 (a retry through another instance replays), then seed scenario
 /// 2 (a duplicate racing an uncommitted original waits for it, then replays).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_scenarios() {
     let db = TestDb::new();
-    let gate = Gate::new("req-99");
-    let a = TestApp::spawn_with(
-        &db,
-        Config {
-            gate: Some(gate.clone()),
-            ..Config::default()
-        },
-    )
-    .await;
-    let b = TestApp::spawn(&db).await;
+    let (a, b, gate) = two_instances_gating(&db, "req-99").await;
     let account = a.funded_account("USD", 100).await;
 
     // Scenario 1.
@@ -42,23 +79,7 @@ async fn seed_scenarios() {
     assert_eq!(db.entries_for_key("req-42").await, 1);
 
     // Scenario 2: the original is held after its probe and debit.
-    let original = tokio::spawn(raw_call(
-        a.channel().await,
-        "Charge",
-        charge("req-99", account, 25),
-    ));
-    gate.reached().await;
-    let mut duplicate = tokio::spawn(raw_call(
-        b.channel().await,
-        "Charge",
-        charge("req-99", account, 25),
-    ));
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), &mut duplicate)
-            .await
-            .is_err(),
-        "the duplicate waits for the original"
-    );
+    let (original, duplicate) = held_original_and_waiting_duplicate(&a, &b, &gate, account).await;
     assert_eq!(
         db.parked_probes().await,
         1,
@@ -80,34 +101,10 @@ async fn seed_scenarios() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_duplicate_of_a_rolled_back_original_does_the_work() {
     let db = TestDb::new();
-    let gate = Gate::new("req-99");
-    let a = TestApp::spawn_with(
-        &db,
-        Config {
-            gate: Some(gate.clone()),
-            ..Config::default()
-        },
-    )
-    .await;
-    let b = TestApp::spawn(&db).await;
+    let (a, b, gate) = two_instances_gating(&db, "req-99").await;
     let account = a.funded_account("USD", 70).await;
 
-    let original = tokio::spawn(raw_call(
-        a.channel().await,
-        "Charge",
-        charge("req-99", account, 25),
-    ));
-    gate.reached().await;
-    let mut duplicate = tokio::spawn(raw_call(
-        b.channel().await,
-        "Charge",
-        charge("req-99", account, 25),
-    ));
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), &mut duplicate)
-            .await
-            .is_err()
-    );
+    let (original, duplicate) = held_original_and_waiting_duplicate(&a, &b, &gate, account).await;
 
     // The original's caller goes away: its transaction rolls back instead of committing.
     original.abort();

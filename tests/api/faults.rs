@@ -10,7 +10,7 @@ use rand::{RngExt as _, SeedableRng as _};
 use tokio::time::Instant;
 use tonic::Code;
 
-use crate::helpers::{Config, Gate, TestApp, TestDb, charge, replayed, with_deadline};
+use crate::helpers::{Config, HeldCharge, TestApp, TestDb, charge, replayed, with_deadline};
 
 /// A duplicate behind an original that holds its transaction for 10 s, called with
 /// a 1 s deadline, is answered within about 2 s and leaves no trace; the original
@@ -18,18 +18,12 @@ use crate::helpers::{Config, Gate, TestApp, TestDb, charge, replayed, with_deadl
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_short_deadline_behind_a_long_transaction() {
     let db = TestDb::new();
-    let gate = Gate::new("long");
-    let config = Config {
-        lock_wait: Duration::from_secs(30),
-        gate: Some(gate.clone()),
-        ..Config::default()
-    };
-    let app = TestApp::spawn_with(&db, config).await;
-    let account = app.funded_account("USD", 100).await;
-
-    let mut client = app.client().await;
-    let original = tokio::spawn(async move { client.charge(charge("long", account, 10)).await });
-    gate.reached().await;
+    let HeldCharge {
+        app,
+        gate,
+        account,
+        original,
+    } = HeldCharge::start(&db, "long", Duration::from_secs(30)).await;
     let release = {
         let gate = gate.clone();
         tokio::spawn(async move {
@@ -154,15 +148,7 @@ async fn overload_is_answered_within_the_deadline() {
     let app = TestApp::spawn_with(&db, config).await;
     let account = app.funded_account("USD", 1_000).await;
 
-    let mut holder = db.sql().await;
-    holder.query_drop("BEGIN").await.unwrap();
-    holder
-        .exec_drop(
-            "SELECT balance FROM accounts WHERE account_id = ? FOR UPDATE",
-            (account,),
-        )
-        .await
-        .unwrap();
+    let mut holder = db.lock_account(account).await;
     let deadline = Duration::from_secs(3);
     let barrier = Arc::new(tokio::sync::Barrier::new(100));
     let client = app.client().await;

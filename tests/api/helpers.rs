@@ -136,6 +136,21 @@ impl TestDb {
         conn
     }
 
+    /// A connection holding the account's row lock in an open transaction, until
+    /// it sends ROLLBACK (or is dropped).
+    pub async fn lock_account(&self, account_id: u64) -> mysql_async::Conn {
+        let mut holder = self.sql().await;
+        holder.query_drop("BEGIN").await.unwrap();
+        holder
+            .exec_drop(
+                "SELECT balance FROM accounts WHERE account_id = ? FOR UPDATE",
+                (account_id,),
+            )
+            .await
+            .unwrap();
+        holder
+    }
+
     pub async fn balance(&self, account_id: u64) -> i64 {
         self.sql()
             .await
@@ -439,32 +454,43 @@ impl TestApp {
 
     /// Opens an account and credits it, returning its id.
     pub async fn funded_account(&self, currency: &str, balance: i64) -> u64 {
-        let mut client = self.client().await;
-        let tag = rand::random::<u64>();
-        let account = client
-            .open_account(pb::OpenAccountRequest {
-                idempotency_key: format!("open-{tag:x}"),
+        let tag = format!("{:x}", rand::random::<u64>());
+        open_funded(&mut self.client().await, &tag, currency, balance).await
+    }
+}
+
+/// Opens an account (key `open-<tag>`) and credits it `balance` (key
+/// `fund-<tag>`; none for 0), returning its id.
+pub async fn open_funded(
+    client: &mut LedgerClient<Channel>,
+    tag: &str,
+    currency: &str,
+    balance: i64,
+) -> u64 {
+    let account = client
+        .open_account(pb::OpenAccountRequest {
+            idempotency_key: format!("open-{tag}"),
+            currency: currency.into(),
+        })
+        .await
+        .expect("open account")
+        .into_inner()
+        .account
+        .expect("account")
+        .account_id;
+    if balance > 0 {
+        client
+            .credit(pb::CreditRequest {
+                idempotency_key: format!("fund-{tag}"),
+                account_id: account,
+                amount: balance,
                 currency: currency.into(),
+                description: "funding".into(),
             })
             .await
-            .expect("open account")
-            .into_inner()
-            .account
-            .expect("account");
-        if balance > 0 {
-            client
-                .credit(pb::CreditRequest {
-                    idempotency_key: format!("fund-{tag:x}"),
-                    account_id: account.account_id,
-                    amount: balance,
-                    currency: currency.into(),
-                    description: "funding".into(),
-                })
-                .await
-                .expect("credit");
-        }
-        account.account_id
+            .expect("credit");
     }
+    account
 }
 
 impl Drop for TestApp {
@@ -631,6 +657,39 @@ impl Gate {
             }
             .boxed()
         })
+    }
+}
+
+/// A Charge of 10 (key `key`) on a fresh account holding 100, held before its
+/// COMMIT by a gate until released, on an instance with the given lock wait.
+pub struct HeldCharge {
+    pub app: TestApp,
+    pub gate: Gate,
+    pub account: u64,
+    pub original: tokio::task::JoinHandle<Result<tonic::Response<pb::ChargeReply>, tonic::Status>>,
+}
+
+impl HeldCharge {
+    /// Returns once the charge is at the gate, past its probe and its debit.
+    pub async fn start(db: &TestDb, key: &str, lock_wait: Duration) -> Self {
+        let gate = Gate::new(key);
+        let config = Config {
+            lock_wait,
+            gate: Some(gate.clone()),
+            ..Config::default()
+        };
+        let app = TestApp::spawn_with(db, config).await;
+        let account = app.funded_account("USD", 100).await;
+        let mut client = app.client().await;
+        let request = charge(key, account, 10);
+        let original = tokio::spawn(async move { client.charge(request).await });
+        gate.reached().await;
+        Self {
+            app,
+            gate,
+            account,
+            original,
+        }
     }
 }
 

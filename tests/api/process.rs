@@ -9,7 +9,7 @@ use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::Signal;
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::helpers::{LedgerProcess, TestApp, TestDb, charge, run_ledger};
+use crate::helpers::{LedgerProcess, TestApp, TestDb, charge, open_funded, run_ledger};
 
 /// Polls until nothing accepts connections on `addr`; fails after 30 s.
 async fn until_refused(addr: std::net::SocketAddr) {
@@ -223,36 +223,9 @@ async fn sigterm_drains_calls_in_flight() {
     )
     .await;
     let mut client = LedgerClient::new(server.channel());
-    let open = pb::OpenAccountRequest {
-        idempotency_key: "open".into(),
-        currency: "USD".into(),
-    };
-    let account = client
-        .open_account(open)
-        .await
-        .unwrap()
-        .into_inner()
-        .account
-        .unwrap()
-        .account_id;
-    let fund = pb::CreditRequest {
-        idempotency_key: "fund".into(),
-        account_id: account,
-        amount: 1000,
-        currency: "USD".into(),
-        description: String::new(),
-    };
-    client.credit(fund).await.unwrap();
+    let account = open_funded(&mut client, "drain", "USD", 1000).await;
 
-    let mut holder = db.sql().await;
-    holder.query_drop("BEGIN").await.unwrap();
-    holder
-        .exec_drop(
-            "SELECT balance FROM accounts WHERE account_id = ? FOR UPDATE",
-            (account,),
-        )
-        .await
-        .unwrap();
+    let mut holder = db.lock_account(account).await;
     let in_flight: Vec<_> = (0..8)
         .map(|i| {
             let mut client = client.clone();

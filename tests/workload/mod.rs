@@ -92,26 +92,7 @@ pub async fn open_accounts(channel: &Channel) -> Vec<u64> {
     let mut client = LedgerClient::new(channel.clone());
     let mut ids = Vec::new();
     for n in 1..=ACCOUNTS {
-        let open = pb::OpenAccountRequest {
-            idempotency_key: format!("open-{n}"),
-            currency: "USD".into(),
-        };
-        let id = client
-            .open_account(open)
-            .await
-            .unwrap()
-            .into_inner()
-            .account
-            .unwrap()
-            .account_id;
-        let fund = pb::CreditRequest {
-            idempotency_key: format!("fund-{n}"),
-            account_id: id,
-            amount: OPENING_BALANCE,
-            currency: "USD".into(),
-            description: "opening balance".into(),
-        };
-        client.credit(fund).await.unwrap();
+        let id = helpers::open_funded(&mut client, &n.to_string(), "USD", OPENING_BALANCE).await;
         ids.push(id);
     }
     ids
