@@ -322,6 +322,8 @@ async fn losing_a_node_under_load_loses_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let clients = run_clients(seed, 9, &channels, &accounts, &counters, &stop).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
+    let before_kill = counters.ops.load(Ordering::Relaxed);
+    assert!(before_kill > 0, "the clients are under way");
 
     galera(&["kill", "2"]);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -332,6 +334,10 @@ async fn losing_a_node_under_load_loses_nothing() {
         .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        counters.ops.load(Ordering::Relaxed) > before_kill,
+        "the clients go on with a node down"
+    );
     galera(&["restart-node", "2"]);
     tokio::time::sleep(Duration::from_secs(5)).await;
     stop.store(true, Ordering::Relaxed);
