@@ -14,7 +14,7 @@ use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection as _};
 
-use super::pool::Conn;
+use super::pool::{self, Conn};
 use crate::error::Error;
 use crate::telemetry::metrics;
 
@@ -100,6 +100,17 @@ pub(crate) enum AttemptError {
     Final(Error),
 }
 
+impl AttemptError {
+    /// The caller's view of this failure, after `attempts` attempts.
+    pub(crate) fn into_error(self, attempts: u32) -> Error {
+        match self {
+            Self::Final(e) => e,
+            Self::Conflict => Error::Conflict { attempts },
+            Self::ConnectionLost(reason) => Error::Unavailable { reason },
+        }
+    }
+}
+
 impl From<Error> for AttemptError {
     fn from(e: Error) -> Self {
         Self::Final(e)
@@ -107,7 +118,8 @@ impl From<Error> for AttemptError {
 }
 
 /// Classifies `err`; `lock_wait` is the bound the statement ran under, offered to
-/// the caller as the delay before a retry.
+/// the caller as the delay before a retry. A connection found lost is marked so
+/// the pool drops it.
 pub(crate) async fn classify(conn: &mut Conn, err: StepError, lock_wait: Duration) -> AttemptError {
     let StepError { step, source } = err;
     let DieselError::DatabaseError(_, info) = &source else {
@@ -116,10 +128,14 @@ pub(crate) async fn classify(conn: &mut Conn, err: StepError, lock_wait: Duratio
     let reported = info.message().to_owned();
     let code = server_code(conn, &reported).await;
     tracing::debug!(?step, ?code, error = %reported, "statement failed");
-    match code {
+    let failure = match code {
         None => AttemptError::ConnectionLost(format!("{step:?}: {reported}")),
         Some(code) => by_code(code, step, lock_wait, &reported),
+    };
+    if let AttemptError::ConnectionLost(_) = failure {
+        pool::discard(conn);
     }
+    failure
 }
 
 fn by_code(code: u32, step: Step, lock_wait: Duration, message: &str) -> AttemptError {

@@ -66,19 +66,13 @@ pub(super) async fn run(
             Err(retryable) => retryable,
         };
         tracing::debug!(attempt, error = ?last, "transaction attempt failed; retrying");
-        let exhausted = match last {
-            AttemptError::Conflict => {
-                metrics::retry("conflict");
-                Error::Conflict { attempts: attempt }
-            }
-            AttemptError::ConnectionLost(reason) => {
-                metrics::retry("connection");
-                Error::Unavailable { reason }
-            }
-            AttemptError::Final(e) => e,
-        };
+        match last {
+            AttemptError::Conflict => metrics::retry("conflict"),
+            AttemptError::ConnectionLost(_) => metrics::retry("connection"),
+            AttemptError::Final(_) => {}
+        }
         if attempt >= max_attempts || !backoff(attempt, call).await {
-            return Err(exhausted);
+            return Err(last.into_error(attempt));
         }
         attempt += 1;
     }
@@ -128,21 +122,14 @@ async fn run_once(
     let lock_wait = call.lock_wait_secs(db.inner.limits.lock_wait);
     // Connections rest at the bound (see `pool::build`); only a shorter deadline
     // costs the statements that lower it and set it back.
-    let result = async {
-        if lock_wait == bound {
-            return transaction(db, conn, call, key, command, fingerprint, lock_wait).await;
-        }
-        set_lock_wait(conn, lock_wait).await?;
-        let result = transaction(db, conn, call, key, command, fingerprint, lock_wait).await;
-        // The transaction has committed or rolled back, and its result stands: a
-        // connection that cannot be set back is dropped, not the answer.
-        if set_lock_wait(conn, bound).await.is_err() {
-            pool::discard(conn);
-        }
-        result
+    if lock_wait == bound {
+        return transaction(db, conn, call, key, command, fingerprint, lock_wait).await;
     }
-    .await;
-    if let Err(AttemptError::ConnectionLost(_)) = &result {
+    set_lock_wait(conn, lock_wait).await?;
+    let result = transaction(db, conn, call, key, command, fingerprint, lock_wait).await;
+    // The transaction has committed or rolled back, and its result stands: a
+    // connection that cannot be set back is dropped, not the answer.
+    if set_lock_wait(conn, bound).await.is_err() {
         pool::discard(conn);
     }
     result

@@ -31,7 +31,7 @@ use tokio_util::task::TaskTracker;
 use crate::call::Call;
 use crate::error::Error;
 use crate::ledger::{Account, AccountId, Command, KeyedOutcome, Method, OutcomeEncoder, ScopedKey};
-use failure::{AttemptError, Failure, classify};
+use failure::{Failure, classify};
 pub use pool::{MultiPrimary, Pool, PoolSettings, Session};
 
 /// Bounds on waiting and retrying. Every wait in a transaction is bounded by one of
@@ -182,27 +182,14 @@ impl Persistence {
     pub async fn get_account(&self, call: &Call, id: AccountId) -> Result<Account, Error> {
         let mut conn = keyed::checkout(&self.inner.reads, call)
             .await
-            .map_err(final_error)?;
+            .map_err(|e| e.into_error(1))?;
         match accounts::find(&mut conn, id).await {
             Ok(Some(account)) => Ok(account),
             Ok(None) => Err(Error::AccountNotFound(id.get())),
             Err(Failure::Final(e)) => Err(e),
-            Err(Failure::Db(e)) => {
-                let failure = classify(&mut conn, e, self.inner.limits.lock_wait).await;
-                if let AttemptError::ConnectionLost(_) = failure {
-                    pool::discard(&mut conn);
-                }
-                Err(final_error(failure))
-            }
+            Err(Failure::Db(e)) => Err(classify(&mut conn, e, self.inner.limits.lock_wait)
+                .await
+                .into_error(1)),
         }
-    }
-}
-
-/// The caller's view of an attempt that will not be retried.
-fn final_error(e: AttemptError) -> Error {
-    match e {
-        AttemptError::Final(e) => e,
-        AttemptError::Conflict => Error::Conflict { attempts: 1 },
-        AttemptError::ConnectionLost(reason) => Error::Unavailable { reason },
     }
 }
