@@ -96,14 +96,10 @@ async fn check_every_node(urls: &[String]) -> anyhow::Result<()> {
         let at = migrate::describe(url);
         match db::pool::connect(url).await {
             Ok(mut conn) => {
-                let failed = || format!("the self-check failed on {at}");
-                self_check::verify_affected_rows(&mut conn)
+                let multi_primary = self_check::check(&mut conn)
                     .await
-                    .with_context(failed)?;
-                if self_check::is_multi_primary(&mut conn)
-                    .await
-                    .with_context(failed)?
-                {
+                    .with_context(|| format!("the self-check failed on {at}"))?;
+                if multi_primary {
                     tracing::info!(%at, "a multi-primary node: final batches are guarded and checked after COMMIT");
                 }
             }

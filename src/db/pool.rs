@@ -63,16 +63,10 @@ pub enum MultiPrimary {
 pub struct Pool {
     inner: bb8::Pool<Manager>,
     /// The latest connect failure; every new one changes the value.
-    connect_failures: Arc<watch::Sender<ConnectFailure>>,
+    connect_failures: Arc<watch::Sender<String>>,
     /// Set, for good, before the first connection to a multi-primary node is
     /// handed out.
     multi_primary: Arc<AtomicBool>,
-}
-
-#[derive(Debug, Clone, Default)]
-struct ConnectFailure {
-    count: u64,
-    reason: String,
 }
 
 /// Opens one connection that reports affected rows, not found rows. An operator's
@@ -163,7 +157,7 @@ fn build_with(
     });
     // The manager's own URL is unused: `open_first` chooses among the nodes.
     let manager = AsyncDieselConnectionManager::new_with_config("", config);
-    let connect_failures = Arc::new(watch::Sender::new(ConnectFailure::default()));
+    let connect_failures = Arc::new(watch::Sender::new(String::new()));
     let inner = bb8::Pool::builder()
         .max_size(settings.size)
         .connection_timeout(settings.checkout_timeout)
@@ -197,11 +191,9 @@ async fn open(url: &str, setup: &[String]) -> Result<(Conn, bool), ConnectionErr
             .await
             .map_err(ConnectionError::CouldntSetupConfiguration)?;
     }
-    let bad = |e: self_check::SelfCheckError| ConnectionError::BadConnection(e.to_string());
-    self_check::verify_affected_rows(&mut conn)
+    let multi_primary = self_check::check(&mut conn)
         .await
-        .map_err(bad)?;
-    let multi_primary = self_check::is_multi_primary(&mut conn).await.map_err(bad)?;
+        .map_err(|e| ConnectionError::BadConnection(e.to_string()))?;
     Ok((conn, multi_primary))
 }
 
@@ -237,7 +229,7 @@ impl Pool {
                 bb8::RunError::TimedOut => CheckoutError::TimedOut,
             }),
             Ok(()) = failures.changed() => {
-                Err(CheckoutError::Unreachable(failures.borrow().reason.clone()))
+                Err(CheckoutError::Unreachable(failures.borrow().clone()))
             }
         }
     }
@@ -257,16 +249,14 @@ impl Pool {
 /// outages (after a database restart every old connection fails once), so only
 /// failures to open a connection count.
 #[derive(Debug, Clone)]
-struct FailureSink(Arc<watch::Sender<ConnectFailure>>);
+struct FailureSink(Arc<watch::Sender<String>>);
 
 impl bb8::ErrorSink<PoolError> for FailureSink {
     fn sink(&self, error: PoolError) {
         if let PoolError::ConnectionError(e) = error {
             tracing::debug!(error = %e, "database connect failed");
-            self.0.send_modify(|f| {
-                f.count += 1;
-                f.reason = e.to_string();
-            });
+            // Every failure notifies, also one with the same message as before.
+            self.0.send_modify(|reason| *reason = e.to_string());
         }
     }
 

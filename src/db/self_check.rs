@@ -25,6 +25,13 @@ pub enum SelfCheckError {
     Query(#[from] diesel::result::Error),
 }
 
+/// The check every connection passes before use: affected rows as the probe
+/// needs them. Returns whether its server is a multi-primary node.
+pub async fn check(conn: &mut Conn) -> Result<bool, SelfCheckError> {
+    verify_affected_rows(conn).await?;
+    is_multi_primary(conn).await
+}
+
 pub async fn verify_affected_rows(conn: &mut Conn) -> Result<(), SelfCheckError> {
     conn.batch_execute(
         "DROP TEMPORARY TABLE IF EXISTS ledger_self_check; \

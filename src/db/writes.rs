@@ -78,7 +78,7 @@ impl Writes {
 
     /// Records the outcome in the key's row, inserted by this transaction's probe.
     pub(crate) fn outcome(key: &ScopedKey, outcome: &StoredOutcome) -> Self {
-        Self(Some(Pending::new(key, outcome, None)))
+        Self(Some(Pending::new(Claimed::new(key), outcome, None)))
     }
 
     /// A successful Credit or Charge: balance, entry (numbered after the account's
@@ -113,7 +113,7 @@ impl Writes {
             before: account.entry_count,
             entry: values,
         };
-        Self(Some(Pending::new(key, outcome, Some(posting))))
+        Self(Some(Pending::new(claimed, outcome, Some(posting))))
     }
 
     /// The writes and COMMIT as one batch; guarded, also the check that they
@@ -139,7 +139,7 @@ impl Writes {
                     sql,
                     "UPDATE idempotency_keys SET outcome_code = {code}, outcome = {body} \
                      WHERE {key}; COMMIT",
-                    key = claimed.key_matches(),
+                    key = claimed.row,
                 );
             }
             Batch::Guarded => {
@@ -165,7 +165,7 @@ impl Writes {
                      WHERE {claimed}; COMMIT; \
                      CALL ledger_require_committed((SELECT outcome_code = {code} \
                      AND outcome = {body} FROM idempotency_keys WHERE {key})); COMMIT",
-                    key = claimed.key_matches(),
+                    key = claimed.row,
                 );
             }
         }
@@ -174,9 +174,9 @@ impl Writes {
 }
 
 impl Pending {
-    fn new(key: &ScopedKey, outcome: &StoredOutcome, posting: Option<PostingWrites>) -> Self {
+    fn new(claimed: Claimed, outcome: &StoredOutcome, posting: Option<PostingWrites>) -> Self {
         Self {
-            claimed: Claimed::new(key),
+            claimed,
             posting,
             code: outcome.code,
             body: hex(&outcome.body),
@@ -209,28 +209,26 @@ impl PostingWrites {
 struct Claimed {
     namespace: String,
     key: String,
+    /// The condition that selects the key's row, whoever wrote it.
+    row: String,
 }
 
 impl Claimed {
     fn new(key: &ScopedKey) -> Self {
+        let namespace = hex(key.namespace.as_str().as_bytes());
+        let key = hex(key.key.as_str().as_bytes());
+        let row = format!("namespace = {namespace} AND idempotency_key = {key}");
         Self {
-            namespace: hex(key.namespace.as_str().as_bytes()),
-            key: hex(key.key.as_str().as_bytes()),
+            namespace,
+            key,
+            row,
         }
-    }
-
-    /// The condition that selects the key's row, whoever wrote it.
-    fn key_matches(&self) -> String {
-        format!(
-            "namespace = {} AND idempotency_key = {}",
-            self.namespace, self.key
-        )
     }
 }
 
 impl std::fmt::Display for Claimed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} AND outcome IS NULL", self.key_matches())
+        write!(f, "{} AND outcome IS NULL", self.row)
     }
 }
 
