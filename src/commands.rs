@@ -28,7 +28,12 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
 /// `ledger migrate`: applies pending migrations and exits.
 pub async fn migrate(args: &MigrateArgs) -> anyhow::Result<()> {
     with_database(&args.database, |url| async move {
-        migrate::wait_for_database(&url, args.database.connect_timeout).await?;
+        // Any node of a cluster will do: the schema replicates.
+        let urls = match args.database.database_url.as_slice() {
+            [] => vec![url],
+            given => given.to_vec(),
+        };
+        let url = migrate::wait_for_any(&urls, args.database.connect_timeout).await?;
         let applied = migrate::run_migrations(&url).await?;
         tracing::info!(database = %migrate::describe(&url), ?applied, "migrations applied");
         Ok(())

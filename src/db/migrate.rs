@@ -70,8 +70,9 @@ pub fn describe(url: &str) -> String {
     )
 }
 
-/// [`wait_for_database`] over the nodes of a cluster, in order: the first that
-/// answers is returned.
+/// Keeps trying [`ensure_database`] on each of `urls` in order, with backoff until
+/// `timeout` while none can be reached (a server may still be starting), and
+/// returns the first that answers; other failures end at once.
 pub async fn wait_for_any(urls: &[String], timeout: Duration) -> Result<String, MigrateError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut delay = Duration::from_millis(100);
@@ -98,31 +99,6 @@ pub async fn wait_for_any(urls: &[String], timeout: Duration) -> Result<String, 
         tracing::info!(%at, %reason, retry_in = ?delay, "database not reachable yet");
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(2));
-    }
-}
-
-/// Keeps trying [`ensure_database`] with backoff until `timeout` while the server
-/// cannot be reached (it may still be starting); other failures end at once.
-pub async fn wait_for_database(url: &str, timeout: Duration) -> Result<(), MigrateError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut delay = Duration::from_millis(100);
-    loop {
-        match ensure_database(url).await {
-            Err(MigrateError::Unreachable { at, reason })
-                if tokio::time::Instant::now() + delay < deadline =>
-            {
-                tracing::info!(%at, %reason, retry_in = ?delay, "database not reachable yet");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
-            Err(MigrateError::Unreachable { at, reason }) => {
-                return Err(MigrateError::Unreachable {
-                    at,
-                    reason: format!("{reason} (gave up after {timeout:?})"),
-                });
-            }
-            other => return other,
-        }
     }
 }
 
