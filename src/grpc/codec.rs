@@ -3,15 +3,12 @@
 //! field) is the caller's error, INVALID_ARGUMENT, where prost's codec says
 //! INTERNAL.
 
-use std::collections::HashMap;
-
 use prost::Message;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::{Code, Status};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
-use tonic_types::{ErrorDetails, StatusExt as _};
 
-use super::status::DOMAIN;
+use super::status::with_info;
 
 #[derive(Debug, Clone, Default)]
 pub struct LedgerCodec<T, U>(ProstCodec<T, U>);
@@ -44,14 +41,14 @@ impl<U: Message + Default> Decoder for LedgerDecoder<U> {
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         self.0.decode(buf).map_err(|e| {
-            let details = ErrorDetails::with_error_info("INVALID_REQUEST", DOMAIN, HashMap::new());
-            Status::with_error_details(
+            with_info(
                 Code::InvalidArgument,
                 format!(
                     "the request is not a valid protobuf message: {}",
                     e.message()
                 ),
-                details,
+                "INVALID_REQUEST",
+                [],
             )
         })
     }

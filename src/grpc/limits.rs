@@ -4,17 +4,15 @@
 //! wrapper gives that answer the right code and the usual `ErrorInfo`. The ledger
 //! itself never answers OUT_OF_RANGE, so nothing else is renamed.
 
-use std::collections::HashMap;
 use std::task::{Context, Poll};
 
 use futures::FutureExt as _;
 use futures::future::Map;
+use tonic::Code;
 use tonic::server::NamedService;
-use tonic::{Code, Status};
-use tonic_types::{ErrorDetails, StatusExt as _};
 use tower::Service;
 
-use super::status::DOMAIN;
+use super::status::with_info;
 
 #[derive(Debug, Clone)]
 pub struct ResourceExhausted<S>(pub S);
@@ -52,11 +50,11 @@ fn rename<B: Default, E>(answer: Answer<B, E>) -> Answer<B, E> {
     if !out_of_range {
         return Ok(response);
     }
-    let details = ErrorDetails::with_error_info("MESSAGE_TOO_LARGE", DOMAIN, HashMap::new());
-    Ok(Status::with_error_details(
+    Ok(with_info(
         Code::ResourceExhausted,
         "the request message is larger than the server accepts",
-        details,
+        "MESSAGE_TOO_LARGE",
+        [],
     )
     .into_http())
 }

@@ -183,7 +183,7 @@ fn retryable(code: Code, message: &str, reason: &str, after: Duration) -> Status
     Status::with_error_details(code, message, details)
 }
 
-fn with_info<const N: usize>(
+pub(super) fn with_info<const N: usize>(
     code: Code,
     message: impl Into<String>,
     reason: &str,
