@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/ledger/v1/ledger.proto";
-    println!("cargo:rerun-if-changed={proto}");
+    println!("cargo:rerun-if-changed=proto");
 
     let descriptors = protox::compile([proto], ["proto"])?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
@@ -17,6 +17,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // Malformed requests are the caller's error: INVALID_ARGUMENT, not INTERNAL.
         .codec_path("crate::grpc::codec::LedgerCodec")
+        // google.rpc.Status (a KeyRecord's stored decline) is tonic-types' own.
+        .extern_path(".google.rpc", "::tonic_types::pb")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -19,10 +19,8 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
 use crate::auth::{Authenticator, Tokens};
-use crate::db::{
-    self, BeforeCommit, Limits, Persistence, PoolSettings, Session, migrate, self_check,
-};
-use crate::grpc::{LedgerService, ProtoEncoder, ResourceExhausted};
+use crate::db::{self, BeforeCommit, Limits, Persistence, PoolSettings, Session, migrate};
+use crate::grpc::{LedgerService, PageTokens, ProtoEncoder, ResourceExhausted};
 use crate::health;
 use crate::proto::pb;
 use crate::telemetry::metrics;
@@ -57,56 +55,57 @@ pub struct Settings {
     pub tls: Option<TlsIdentity>,
     /// Largest request message accepted.
     pub max_message_bytes: usize,
+    /// Ledger calls served at once; more are refused with RESOURCE_EXHAUSTED.
+    pub max_concurrent_calls: usize,
+    /// HTTP/2 streams one connection may have open.
+    pub max_concurrent_streams: u32,
 }
 
 impl Settings {
-    /// The defaults of `ledger serve` for everything but where to listen and which
-    /// database to use.
-    pub fn new(listen: SocketAddr, database_url: impl Into<String>) -> Self {
-        Self {
-            listen,
-            database_url: database_url.into(),
-            failover_urls: Vec::new(),
-            session: Session::default(),
-            pool: PoolSettings {
-                size: 16,
-                checkout_timeout: Duration::from_secs(5),
-            },
-            limits: Limits {
-                lock_wait: Duration::from_secs(5),
-                max_attempts: 10,
-            },
-            migrate: true,
-            connect_timeout: Duration::from_secs(30),
-            shutdown_delay: Duration::ZERO,
-            shutdown_grace: Duration::from_secs(20),
-            metrics_listen: None,
-            auth: None,
-            tls: None,
-            max_message_bytes: 65_536,
-        }
+    /// The defaults of `ledger serve` (its flags' defaults, not the environment)
+    /// for everything but where to listen and which database to use.
+    pub fn new(listen: SocketAddr, database_url: impl Into<String>) -> anyhow::Result<Self> {
+        let mut settings = crate::config::ServeArgs::defaults()?.settings(database_url.into())?;
+        settings.listen = listen;
+        Ok(settings)
     }
 }
 
-/// The startup self-check (SPEC 3.3) against every configured node that answers;
-/// one that does not is checked when a connection to it is first opened (every new
-/// connection is).
-async fn check_every_node(urls: &[String]) -> anyhow::Result<()> {
+/// The startup self-check (SPEC 3.3) against every configured node that answers,
+/// on a connection set up as the keyed pool's are; one that does not answer is
+/// checked when a connection to it is first opened (every new connection is).
+async fn check_every_node(urls: &[String], settings: &Settings) -> anyhow::Result<()> {
+    let keyed = db::pool::Setup::new(
+        db::Role::Keyed {
+            lock_wait_secs: crate::call::whole_secs(settings.limits.lock_wait),
+        },
+        &settings.session,
+    );
     for url in urls {
         let at = migrate::describe(url);
-        match db::pool::connect(url).await {
-            Ok(mut conn) => {
-                let multi_primary = self_check::check(&mut conn)
-                    .await
-                    .with_context(|| format!("the self-check failed on {at}"))?;
-                if multi_primary {
-                    tracing::info!(%at, "a multi-primary node: final batches are guarded and checked after COMMIT");
-                }
-            }
-            Err(e) => tracing::warn!(%at, error = %e, "node unreachable; checked when first used"),
+        if let Err(e) = db::pool::connect(url).await {
+            tracing::warn!(%at, error = %e, "node unreachable; checked when first used");
+            continue;
+        }
+        let (_, multi_primary) = db::pool::open(url, &keyed)
+            .await
+            .with_context(|| format!("the self-check failed on {at}"))?;
+        if multi_primary {
+            tracing::info!(%at, "a multi-primary node: final batches are guarded and checked after COMMIT");
         }
     }
     Ok(())
+}
+
+/// Tokens sent in the clear can be read off the network: say so at start.
+fn warn_about_plaintext_tokens(settings: &Settings) {
+    if settings.auth.is_some() && settings.tls.is_none() && !settings.listen.ip().is_loopback() {
+        tracing::warn!(
+            listen = %settings.listen,
+            "bearer tokens are accepted without TLS on a non-loopback address: they cross the \
+             network in the clear; set --tls-cert and --tls-key"
+        );
+    }
 }
 
 /// A server certificate chain and its key, checked to make a TLS configuration.
@@ -145,6 +144,7 @@ impl TlsIdentity {
 pub struct Application {
     listener: TcpListener,
     persistence: Persistence,
+    pages: PageTokens,
     settings: Settings,
 }
 
@@ -172,7 +172,10 @@ impl Application {
                 "the database has pending migrations {pending:?}: run `ledger migrate` first"
             );
         }
-        check_every_node(&urls).await?;
+        check_every_node(&urls, &settings).await?;
+        warn_about_plaintext_tokens(&settings);
+        let pages = PageTokens::new(&db::secrets::page_token_key(url).await?)
+            .map_err(|e| anyhow::anyhow!("the page-token key: {e}"))?;
         let pools = db::Pools::build(
             &urls,
             settings.pool,
@@ -200,6 +203,7 @@ impl Application {
         Ok(Self {
             listener,
             persistence,
+            pages,
             settings,
         })
     }
@@ -223,6 +227,7 @@ impl Application {
         let Self {
             listener,
             persistence,
+            pages,
             settings,
         } = self;
         let addr = listener.local_addr()?;
@@ -230,12 +235,12 @@ impl Application {
         health::set_all(&reporter, ServingStatus::Serving).await;
         let stop_watching = CancellationToken::new();
         let watcher = tokio::spawn(health::watch_database(
-            persistence.reads().clone(),
+            persistence.clone(),
             reporter.clone(),
             stop_watching.clone(),
         ));
 
-        let router = router(&settings, &persistence, &reporter)?;
+        let router = router(&settings, &persistence, pages, &reporter)?;
         let stop_accepting = CancellationToken::new();
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let serving =
@@ -281,13 +286,14 @@ impl Application {
 fn router(
     settings: &Settings,
     persistence: &Persistence,
+    pages: PageTokens,
     reporter: &HealthReporter,
 ) -> anyhow::Result<tonic::transport::server::Router> {
-    let mut builder = Server::builder();
+    let mut builder = Server::builder().max_concurrent_streams(settings.max_concurrent_streams);
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls.config())?;
     }
-    let ledger = LedgerService::new(persistence.clone())
+    let ledger = LedgerService::new(persistence.clone(), pages, settings.max_concurrent_calls)
         .into_server()
         .max_decoding_message_size(settings.max_message_bytes);
     let ledger = InterceptedService::new(

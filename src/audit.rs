@@ -1,11 +1,16 @@
 //! `ledger audit`: the ledger's invariants checked on a live database.
 //!
-//! - every account's balance equals its credits minus its charges, and no balance
-//!   is negative;
-//! - each entry's `balance_after` follows from the entry before it;
-//! - every entry has its key; every key has an outcome; a successful Credit or
-//!   Charge has exactly one entry of its kind, and no other key has any;
-//! - every stored outcome decodes, and a stored reply describes its very entry.
+//! - every account's balance equals what its entries added less what they took,
+//!   and no balance is negative; each entry's `balance_after` follows from the one
+//!   before; per currency, the balances equal the money that came in less what
+//!   went out, and transfers net to zero;
+//! - every entry has its key; every key has an outcome; a successful call has
+//!   exactly the entries of its method, and no other key has any;
+//! - each transfer's two entries match; the refunds of an entry never exceed it;
+//! - an account's `held` equals its held holds; a captured hold has one capture
+//!   entry, of what it took and at most its amount;
+//! - every stored outcome decodes, and a stored reply names exactly what its key
+//!   wrote.
 
 use std::fmt;
 
@@ -34,12 +39,14 @@ impl fmt::Display for Report {
         let Sizes {
             accounts,
             entries,
+            holds,
             keys,
         } = self.sizes;
         let verdict = if self.passed() { "passed" } else { "FAILED" };
         write!(
             f,
-            "audit {verdict}: {} violation(s); {accounts} accounts, {entries} entries, {keys} keys",
+            "audit {verdict}: {} violation(s); {accounts} accounts, {entries} entries, {holds} holds, \
+             {keys} keys",
             self.violations.len()
         )
     }
@@ -49,7 +56,7 @@ pub async fn audit(database_url: &str) -> anyhow::Result<Report> {
     let mut conn = pool::connect(database_url)
         .await
         .context("cannot connect to the database")?;
-    let (sizes, violations) = audit::run(&mut conn, crate::grpc::audit_stored)
+    let (sizes, violations) = audit::run(&mut conn, crate::grpc::audit::judge)
         .await
         .context("the audit queries failed")?;
     Ok(Report { sizes, violations })

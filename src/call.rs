@@ -3,12 +3,18 @@
 //!
 //! The database work of a call runs in its own task (so a disconnecting client never
 //! leaves a half-finished transaction on a pooled connection), while the RPC handler
-//! waits for it. The two agree on who decides the outcome through one atomic state:
-//! the task may only COMMIT after moving `Running -> Committing`, and the handler may
-//! only answer early (deadline passed, caller gone) after moving `Running ->
-//! Abandoned`. Whoever moves first wins, so a caller told DEADLINE_EXCEEDED can rely
-//! on the transaction having rolled back, and a transaction that commits always has
-//! its answer delivered to a caller that is still there.
+//! waits for it. The two agree on what the answer may promise through one atomic
+//! state (SPEC 3.6):
+//!
+//! - `Running`: no COMMIT of this call can have taken effect. The handler may give
+//!   up (`Running -> Abandoned`) and say that nothing was recorded; the task may
+//!   then no longer commit.
+//! - `Committing`: a COMMIT is in flight. The handler waits for it (up to the
+//!   caller's own deadline).
+//! - `Uncertain`: a COMMIT was sent and its answer lost. The task settles it through
+//!   the probe: the key's row says whether it committed (a replay) or not (back to
+//!   `Running`, and the work is done again). A handler that gives up now
+//!   (`Uncertain -> AbandonedUncertain`) says the outcome is not known.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -17,11 +23,24 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Error;
+use crate::error::{Error, Recorded};
 
 const RUNNING: u8 = 0;
 const COMMITTING: u8 = 1;
-const ABANDONED: u8 = 2;
+const UNCERTAIN: u8 = 2;
+const ABANDONED: u8 = 3;
+const ABANDONED_UNCERTAIN: u8 = 4;
+
+/// What giving up on a call may tell the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abandoned {
+    /// Nothing was recorded, and now nothing will be.
+    Nothing,
+    /// A COMMIT was sent and its answer lost: the outcome is not known.
+    Unknown,
+    /// A COMMIT is in flight: wait for its answer.
+    CommitInFlight,
+}
 
 #[derive(Debug, Clone)]
 pub struct Call {
@@ -30,8 +49,10 @@ pub struct Call {
 
 #[derive(Debug)]
 struct Inner {
-    /// When the caller stops waiting; `None` when it sent no deadline.
+    /// When the service stops waiting; `None` when the caller sent no deadline.
     deadline: Option<Instant>,
+    /// When the caller itself stops waiting (a little after `deadline`).
+    caller_deadline: Option<Instant>,
     state: AtomicU8,
     /// Fired when the call is abandoned, to wake anything waiting on the caller.
     abandoned: CancellationToken,
@@ -39,9 +60,19 @@ struct Inner {
 
 impl Call {
     pub fn new(deadline: Option<Instant>) -> Self {
+        Self::with_caller_deadline(deadline, deadline)
+    }
+
+    /// A call the service gives up on at `deadline`, whose caller waits until
+    /// `caller_deadline`.
+    pub fn with_caller_deadline(
+        deadline: Option<Instant>,
+        caller_deadline: Option<Instant>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 deadline,
+                caller_deadline,
                 state: AtomicU8::new(RUNNING),
                 abandoned: CancellationToken::new(),
             }),
@@ -64,13 +95,34 @@ impl Call {
             .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
+    fn state(&self) -> u8 {
+        self.inner.state.load(Ordering::Acquire)
+    }
+
+    fn moved(&self, from: u8, to: u8) -> bool {
+        self.inner
+            .state
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// What is known of what committed under the call's key.
+    pub fn recorded(&self) -> Recorded {
+        match self.state() {
+            COMMITTING | UNCERTAIN | ABANDONED_UNCERTAIN => Recorded::Unknown,
+            _ => Recorded::Nothing,
+        }
+    }
+
     /// Fails once the caller is gone or its deadline has passed.
     pub fn ensure_live(&self) -> Result<(), Error> {
-        if self.inner.state.load(Ordering::Acquire) == ABANDONED {
+        if matches!(self.state(), ABANDONED | ABANDONED_UNCERTAIN) {
             return Err(Error::Cancelled);
         }
         if self.deadline().is_some_and(|d| Instant::now() >= d) {
-            return Err(Error::DeadlineExceeded);
+            return Err(Error::DeadlineExceeded {
+                recorded: self.recorded(),
+            });
         }
         Ok(())
     }
@@ -79,35 +131,45 @@ impl Call {
     /// call was abandoned or its deadline passed.
     pub fn begin_commit(&self) -> Result<(), Error> {
         self.ensure_live()?;
-        self.inner
-            .state
-            .compare_exchange(RUNNING, COMMITTING, Ordering::AcqRel, Ordering::Acquire)
-            .map(drop)
-            .map_err(|_| Error::Cancelled)
+        if self.moved(RUNNING, COMMITTING) {
+            Ok(())
+        } else {
+            Err(Error::Cancelled)
+        }
     }
 
-    /// Ends a COMMIT that failed and will be retried.
+    /// The COMMIT failed and nothing committed; the work may be retried.
     pub fn end_commit(&self) {
-        let _ = self.inner.state.compare_exchange(
-            COMMITTING,
-            RUNNING,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        self.moved(COMMITTING, RUNNING);
     }
 
-    /// Gives up on the call. Returns false when a COMMIT is already under way: its
-    /// result must then be awaited and delivered.
-    pub fn abandon(&self) -> bool {
-        let won = self
-            .inner
-            .state
-            .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if won {
+    /// The COMMIT's answer was lost: whether it committed is not known.
+    pub fn commit_unknown(&self) {
+        self.moved(COMMITTING, UNCERTAIN);
+    }
+
+    /// The key was found free after an unknown COMMIT: nothing had committed.
+    pub fn settled_nothing(&self) {
+        self.moved(UNCERTAIN, RUNNING);
+    }
+
+    /// Gives up on the call, saying what the answer may promise.
+    pub fn abandon(&self) -> Abandoned {
+        let outcome = if self.moved(RUNNING, ABANDONED) {
+            Abandoned::Nothing
+        } else if self.moved(UNCERTAIN, ABANDONED_UNCERTAIN) {
+            Abandoned::Unknown
+        } else {
+            match self.state() {
+                ABANDONED => Abandoned::Nothing,
+                ABANDONED_UNCERTAIN => Abandoned::Unknown,
+                _ => Abandoned::CommitInFlight,
+            }
+        };
+        if outcome != Abandoned::CommitInFlight {
             self.inner.abandoned.cancel();
         }
-        won
+        outcome
     }
 
     /// Completes when the call is abandoned.
@@ -123,16 +185,26 @@ impl Call {
         }
     }
 
+    /// When the caller itself stops waiting; never without a deadline.
+    pub fn caller_deadline(&self) -> Option<Instant> {
+        self.inner.caller_deadline
+    }
+
     /// The session's `innodb_lock_wait_timeout` for this call, in whole seconds: the
     /// configured bound, lowered to the remaining deadline rounded up, at least 1
     /// (the server's unit is the second).
     pub fn lock_wait_secs(&self, bound: Duration) -> u64 {
-        let bound = bound.as_secs().max(1);
+        let bound = whole_secs(bound);
         match self.remaining() {
             Some(left) => bound.min(ceil_secs(left)).max(1),
             None => bound,
         }
     }
+}
+
+/// A lock-wait bound in the server's unit: whole seconds, at least 1.
+pub fn whole_secs(bound: Duration) -> u64 {
+    bound.as_secs().max(1)
 }
 
 fn ceil_secs(d: Duration) -> u64 {
@@ -158,7 +230,7 @@ mod tests {
     #[tokio::test]
     async fn abandoning_first_forbids_the_commit() {
         let call = Call::unbounded();
-        assert!(call.abandon());
+        assert_eq!(call.abandon(), Abandoned::Nothing);
         assert!(matches!(call.begin_commit(), Err(Error::Cancelled)));
     }
 
@@ -166,14 +238,38 @@ mod tests {
     async fn committing_first_forbids_abandoning() {
         let call = Call::unbounded();
         assert!(call.begin_commit().is_ok());
-        assert!(!call.abandon());
+        assert_eq!(call.abandon(), Abandoned::CommitInFlight);
         call.end_commit();
-        assert!(call.abandon());
+        assert_eq!(call.abandon(), Abandoned::Nothing);
+    }
+
+    #[tokio::test]
+    async fn a_lost_commit_is_never_reported_as_nothing_recorded() {
+        let call = Call::unbounded();
+        assert!(call.begin_commit().is_ok());
+        call.commit_unknown();
+        assert_eq!(call.recorded(), Recorded::Unknown);
+        assert_eq!(call.abandon(), Abandoned::Unknown);
+        assert!(matches!(call.begin_commit(), Err(Error::Cancelled)));
+        assert_eq!(call.recorded(), Recorded::Unknown);
+    }
+
+    #[tokio::test]
+    async fn a_key_found_free_settles_a_lost_commit() {
+        let call = Call::unbounded();
+        assert!(call.begin_commit().is_ok());
+        call.commit_unknown();
+        call.settled_nothing();
+        assert_eq!(call.recorded(), Recorded::Nothing);
+        assert!(call.begin_commit().is_ok());
     }
 
     #[tokio::test]
     async fn a_passed_deadline_forbids_the_commit() {
         let call = Call::new(Some(Instant::now()));
-        assert!(matches!(call.begin_commit(), Err(Error::DeadlineExceeded)));
+        assert!(matches!(
+            call.begin_commit(),
+            Err(Error::DeadlineExceeded { .. })
+        ));
     }
 }

@@ -117,6 +117,18 @@ pub struct ServeArgs {
     #[arg(long, env = "LEDGER_MAX_MESSAGE_SIZE", default_value_t = 65_536,
         value_parser = clap::value_parser!(u32).range(1024..=4_194_304))]
     pub max_message_size: u32,
+
+    /// Ledger calls served at once across all connections; more are refused at once
+    /// with RESOURCE_EXHAUSTED, rather than queued without end
+    #[arg(long, env = "LEDGER_MAX_CONCURRENT_CALLS", default_value_t = 1024,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_concurrent_calls: u32,
+
+    /// Concurrent calls (HTTP/2 streams) one client connection may open; a client
+    /// queues more until one ends
+    #[arg(long, env = "LEDGER_MAX_CONCURRENT_STREAMS", default_value_t = 256,
+        value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_concurrent_streams: u32,
 }
 
 /// Where the database is.
@@ -200,6 +212,15 @@ impl HealthcheckArgs {
 }
 
 impl ServeArgs {
+    /// Every flag at its default, whatever the environment says: the one place
+    /// the defaults are written is the flags' own declarations.
+    pub fn defaults() -> anyhow::Result<Self> {
+        use clap::{Args as _, FromArgMatches as _};
+        let command = Self::augment_args(clap::Command::new("serve")).mut_args(|a| a.env(None));
+        let matches = command.try_get_matches_from(["serve"])?;
+        Ok(Self::from_arg_matches(&matches)?)
+    }
+
     /// The settings to serve with, on the database at `database_url` (with the
     /// other configured URLs, if any, as failovers).
     pub fn settings(&self, database_url: String) -> anyhow::Result<Settings> {
@@ -238,6 +259,8 @@ impl ServeArgs {
             auth: self.auth_tokens_file.clone(),
             tls,
             max_message_bytes: usize::try_from(self.max_message_size)?,
+            max_concurrent_calls: usize::try_from(self.max_concurrent_calls)?,
+            max_concurrent_streams: self.max_concurrent_streams,
         })
     }
 }
@@ -282,6 +305,14 @@ mod tests {
     fn the_cli_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_defaults_ignore_the_environment() {
+        let defaults = ServeArgs::defaults().unwrap();
+        assert_eq!(defaults.pool_size, 16);
+        assert_eq!(defaults.lock_wait_timeout, Duration::from_secs(5));
+        assert!(defaults.database.database_url.is_empty());
     }
 
     #[test]

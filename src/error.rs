@@ -3,7 +3,19 @@
 
 use std::time::Duration;
 
-use crate::ledger::FieldViolation;
+use chrono::{DateTime, Utc};
+
+use crate::ledger::{FieldViolation, Method};
+
+/// What the service knows of what committed under a failed call's key (SPEC 3.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Nothing: no COMMIT of this call can have taken effect.
+    Nothing,
+    /// Not known: a COMMIT was sent and its answer lost. A retry with the same key
+    /// settles it (it replays, or does the work).
+    Unknown,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -11,13 +23,41 @@ pub enum Error {
     #[error("invalid request")]
     InvalidRequest(Vec<FieldViolation>),
 
+    /// A page token this service did not issue for this request.
+    #[error("invalid page token")]
+    InvalidPageToken,
+
+    /// The caller may not call this method.
+    #[error("{0:?} is not granted to this client")]
+    PermissionDenied(&'static str),
+
     /// The account does not exist (for reads; keyed calls store this as a decline).
     #[error("account {0} not found")]
     AccountNotFound(u64),
 
+    /// The entry does not exist (for reads).
+    #[error("entry {0} not found")]
+    EntryNotFound(u64),
+
+    /// The hold does not exist (for reads).
+    #[error("hold {0} not found")]
+    HoldNotFound(u64),
+
+    /// Nothing had committed under the key when asked (LookupKey).
+    #[error("no operation under this key")]
+    KeyNotFound,
+
     /// The key was first used for a different request.
     #[error("idempotency key reused for a different request")]
     KeyReused,
+
+    /// The key's row was purged after its operation took effect; the operation is
+    /// never run again.
+    #[error("idempotency key expired")]
+    KeyExpired {
+        method: Option<Method>,
+        first_used_at: DateTime<Utc>,
+    },
 
     /// Another call with the same key held its row past the lock-wait bound.
     #[error("a call with the same idempotency key is still in progress")]
@@ -29,17 +69,22 @@ pub enum Error {
 
     /// Deadlocks or certification conflicts outlasted the internal retries.
     #[error("transaction conflict persisted after {attempts} attempts")]
-    Conflict { attempts: u32 },
+    Conflict { attempts: u32, recorded: Recorded },
 
-    /// The database could not be reached, or no pooled connection was free in time.
+    /// The database could not be reached or did not answer, or no pooled
+    /// connection was free in time.
     #[error("database unavailable: {reason}")]
-    Unavailable { reason: String },
+    Unavailable { reason: String, recorded: Recorded },
 
-    /// The caller's deadline passed; the transaction was rolled back.
+    /// The server is at its limit of concurrent calls.
+    #[error("too many concurrent calls")]
+    Overloaded { limit: usize },
+
+    /// The caller's deadline passed.
     #[error("deadline exceeded")]
-    DeadlineExceeded,
+    DeadlineExceeded { recorded: Recorded },
 
-    /// The caller went away; the transaction was rolled back.
+    /// The caller went away.
     #[error("cancelled by the caller")]
     Cancelled,
 
@@ -61,17 +106,31 @@ impl Error {
         ))
     }
 
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        Self::Unavailable {
+            reason: reason.into(),
+            recorded: Recorded::Nothing,
+        }
+    }
+
     /// A short, stable label for logs and metrics.
     pub fn label(&self) -> &'static str {
         match self {
             Self::InvalidRequest(_) => "invalid_request",
+            Self::InvalidPageToken => "invalid_page_token",
+            Self::PermissionDenied(_) => "method_not_allowed",
             Self::AccountNotFound(_) => "account_not_found",
+            Self::EntryNotFound(_) => "entry_not_found",
+            Self::HoldNotFound(_) => "hold_not_found",
+            Self::KeyNotFound => "key_not_found",
             Self::KeyReused => "idempotency_key_reused",
+            Self::KeyExpired { .. } => "idempotency_key_expired",
             Self::KeyInProgress { .. } => "idempotency_key_in_progress",
             Self::AccountBusy { .. } => "account_busy",
             Self::Conflict { .. } => "transaction_conflict",
             Self::Unavailable { .. } => "database_unavailable",
-            Self::DeadlineExceeded => "deadline_exceeded",
+            Self::Overloaded { .. } => "overloaded",
+            Self::DeadlineExceeded { .. } => "deadline_exceeded",
             Self::Cancelled => "cancelled",
             Self::Internal(_) => "internal",
         }

@@ -1,5 +1,7 @@
 //! The gRPC health status follows the database: `ledger.v1.Ledger` and the
-//! overall service ("") are SERVING only while the database answers.
+//! overall service ("") are SERVING only while the database answers plain reads
+//! and keyed transactions reach it (a statement of a keyed transaction that went
+//! unanswered makes the keyed pool silent until a connection answers again).
 
 use std::time::Duration;
 
@@ -8,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::db::Pool;
+use crate::db::{Persistence, Pool};
 use crate::telemetry::metrics;
 
 /// The service names whose status is reported: the overall server and the API.
@@ -26,7 +28,8 @@ pub async fn set_all(reporter: &HealthReporter, status: ServingStatus) {
 
 /// Checks the database every [`CHECK_INTERVAL`] until `stop`, reporting changes,
 /// and refreshes the pool gauges.
-pub async fn watch_database(pool: Pool, reporter: HealthReporter, stop: CancellationToken) {
+pub async fn watch_database(db: Persistence, reporter: HealthReporter, stop: CancellationToken) {
+    let pool = db.reads().clone();
     let mut up = true;
     let mut ticks = tokio::time::interval(CHECK_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -35,7 +38,7 @@ pub async fn watch_database(pool: Pool, reporter: HealthReporter, stop: Cancella
             () = stop.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let now_up = answers(&pool).await;
+        let now_up = answers(&pool).await && keyed_reach(db.keyed()).await;
         let state = pool.state();
         metrics::pool(
             state.idle_connections,
@@ -53,6 +56,16 @@ pub async fn watch_database(pool: Pool, reporter: HealthReporter, stop: Cancella
             }
         }
     }
+}
+
+/// Whether keyed transactions reach the database. After a statement of one went
+/// unanswered, a connection checked out (and so pinged) must answer again.
+async fn keyed_reach(pool: &Pool) -> bool {
+    if !pool.silent() {
+        return true;
+    }
+    let _ = tokio::time::timeout(CHECK_INTERVAL, pool.checkout(Some(CHECK_INTERVAL))).await;
+    !pool.silent()
 }
 
 async fn answers(pool: &Pool) -> bool {

@@ -22,8 +22,8 @@
     clippy::indexing_slicing
 )]
 
-#[path = "api/helpers.rs"]
-mod helpers;
+#[path = "support/mod.rs"]
+mod support;
 
 #[path = "workload/mod.rs"]
 mod workload;
@@ -33,12 +33,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use helpers::{LedgerProcess, TestDb, free_port};
 use ledger::managed::{ManagedOptions, ManagedServer};
 use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::Signal;
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
+use support::{LedgerProcess, TestDb, free_port};
 use tokio::sync::Mutex;
 use tonic::transport::Channel;
 use workload::{Counters, open_accounts, run_clients, verify};

@@ -14,8 +14,8 @@
     clippy::indexing_slicing
 )]
 
-#[path = "api/helpers.rs"]
-mod helpers;
+#[path = "support/mod.rs"]
+mod support;
 #[path = "workload/mod.rs"]
 mod workload;
 
@@ -25,10 +25,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use helpers::{
+use ledger::proto::pb;
+use support::{
     Config, Gate, LedgerProcess, TestApp, TestDb, charge, free_port, raw_call, replayed,
 };
-use ledger::proto::pb;
 use tokio::sync::Barrier;
 use tonic::Code;
 use tonic::metadata::MetadataMap;
@@ -327,7 +327,7 @@ async fn losing_a_node_under_load_loses_nothing() {
 
     galera(&["kill", "2"]);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let to_dead = helpers::with_deadline(charge("to-node-2", 1, 1), Duration::from_secs(3));
+    let to_dead = support::with_deadline(charge("to-node-2", 1, 1), Duration::from_secs(3));
     let status = ledger::proto::pb::ledger_client::LedgerClient::new(channels[1].clone())
         .charge(to_dead)
         .await

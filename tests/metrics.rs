@@ -10,14 +10,14 @@
     clippy::indexing_slicing
 )]
 
-#[path = "api/helpers.rs"]
-mod helpers;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use helpers::{Config, Gate, TestApp, TestDb, charge, raw_call};
 use mysql_async::prelude::Queryable as _;
+use support::{Config, Gate, TestApp, TestDb, charge, raw_call};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// `name{labels}` -> value of every integral series, from the Prometheus text

@@ -1,111 +1,159 @@
-//! The `accounts` table.
+//! The `accounts` table: locking accounts for a transaction, reading one, and the
+//! SQL of their writes.
+
+use std::fmt::Write as _;
 
 use chrono::NaiveDateTime;
-use diesel::prelude::*;
-use diesel_async::RunQueryDsl;
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Datetime, Text, Unsigned};
 
-use super::failure::{AtStep, Failure, Step};
+use super::failure::{Failure, Step};
 use super::pool::Conn;
-use super::schema::accounts;
+use super::sql::{Bind, Sql, datetime, hex};
+use super::tx::Tx;
 use crate::error::Error;
-use crate::ledger::rules::Locked;
-use crate::ledger::{Account, AccountId, Currency};
+use crate::ledger::book::AccountRow;
+use crate::ledger::{Account, AccountId, Currency, HoldState};
 
-diesel::define_sql_function! {
-    /// The id the last `AUTO_INCREMENT` insert of this session generated.
-    fn last_insert_id() -> Unsigned<BigInt>;
-}
-
-#[derive(Debug, Queryable)]
+#[derive(Debug, QueryableByName)]
 struct Row {
+    #[diesel(sql_type = Unsigned<BigInt>)]
     account_id: u64,
+    #[diesel(sql_type = Text)]
     currency: String,
+    #[diesel(sql_type = BigInt)]
     balance: i64,
+    #[diesel(sql_type = BigInt)]
+    held: i64,
+    #[diesel(sql_type = Unsigned<BigInt>)]
+    entry_count: u64,
+    #[diesel(sql_type = Datetime)]
     created_at: NaiveDateTime,
+    /// The database's clock when the row was read (after its lock was granted).
+    #[diesel(sql_type = Datetime)]
+    now: NaiveDateTime,
 }
 
 impl Row {
-    fn into_account(self) -> Result<Account, Error> {
+    /// The row, with `held` as stored (the executor replaces it with the sum of
+    /// the active holds).
+    fn into_locked(self) -> Result<(AccountRow, NaiveDateTime), Error> {
         let id =
             AccountId::parse("account_id", self.account_id).map_err(|v| Error::internal_row(&v))?;
         let currency =
             Currency::parse("currency", &self.currency).map_err(|v| Error::internal_row(&v))?;
-        Ok(Account {
-            id,
-            currency,
-            balance: self.balance,
-            created_at: self.created_at.and_utc(),
-        })
+        let row = AccountRow {
+            account: Account {
+                id,
+                currency,
+                balance: self.balance,
+                held: self.held,
+                created_at: self.created_at.and_utc(),
+            },
+            entry_count: self.entry_count,
+            held_total: self.held,
+        };
+        Ok((row, self.now))
     }
 }
 
-/// Inserts a new account with a zero balance and returns its id.
-pub(crate) async fn insert(
-    conn: &mut Conn,
-    currency: Currency,
+const COLUMNS: &str = "account_id, currency, balance, held, entry_count, created_at";
+
+/// Locks the accounts (`SELECT ... FOR UPDATE`) in ascending id order, so two
+/// transactions locking the same accounts cannot deadlock; returns those that
+/// exist, and the database's clock once every lock was granted (`SYSDATE`, which,
+/// unlike `NOW`, is read when evaluated, not when the statement began).
+pub(crate) async fn lock(
+    tx: &mut Tx<'_>,
+    ids: &[AccountId],
+) -> Result<(Vec<AccountRow>, Option<NaiveDateTime>), Failure> {
+    let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
+    let sql = Sql::with_ids(
+        &format!("SELECT {COLUMNS}, SYSDATE(6) AS now FROM accounts WHERE account_id"),
+        &ids,
+        " ORDER BY account_id FOR UPDATE",
+    );
+    let rows: Vec<Row> = tx.load(Step::LockAccounts, sql).await?;
+    let mut locked = Vec::with_capacity(rows.len());
+    let mut now = None;
+    for row in rows {
+        let (row, at) = row.into_locked()?;
+        now = Some(now.map_or(at, |n: NaiveDateTime| n.max(at)));
+        locked.push(row);
+    }
+    Ok((locked, now))
+}
+
+#[derive(Debug, QueryableByName)]
+struct Now {
+    #[diesel(sql_type = Datetime)]
     now: NaiveDateTime,
-) -> Result<AccountId, Failure> {
-    diesel::insert_into(accounts::table)
-        .values((
-            accounts::currency.eq(currency.as_str()),
-            accounts::balance.eq(0_i64),
-            accounts::created_at.eq(now),
-        ))
-        .execute(conn)
-        .await
-        .at(Step::Write)?;
-    let id: u64 = diesel::select(last_insert_id())
-        .get_result(conn)
-        .await
-        .at(Step::Write)?;
-    Ok(AccountId::parse("account_id", id).map_err(|v| Error::internal_row(&v))?)
 }
 
-/// An account row held locked, with the number of entries it has.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LockedAccount {
-    pub(crate) state: Locked,
-    pub(crate) entry_count: u64,
+/// The database's clock, for a transaction that locks no account.
+pub(crate) async fn now(tx: &mut Tx<'_>) -> Result<NaiveDateTime, Failure> {
+    let rows: Vec<Now> = tx
+        .load(Step::LockAccounts, Sql::new("SELECT SYSDATE(6) AS now"))
+        .await?;
+    rows.into_iter()
+        .next()
+        .map(|r| r.now)
+        .ok_or_else(|| Error::internal("SELECT SYSDATE(6) returned no row").into())
 }
 
-/// Locks the account's row for the rest of the transaction (`SELECT ... FOR
-/// UPDATE`); `None` when there is no such account.
-pub(crate) async fn lock(conn: &mut Conn, id: AccountId) -> Result<Option<LockedAccount>, Failure> {
-    let row: Option<(String, i64, u64)> = accounts::table
-        .find(id.get())
-        .select((accounts::currency, accounts::balance, accounts::entry_count))
-        .for_update()
-        .first(conn)
-        .await
-        .optional()
-        .at(Step::LockAccount)?;
-    let Some((currency, balance, entry_count)) = row else {
-        return Ok(None);
-    };
-    let currency = Currency::parse("currency", &currency).map_err(|v| Error::internal_row(&v))?;
-    Ok(Some(LockedAccount {
-        state: Locked {
-            id,
-            currency,
-            balance,
-        },
-        entry_count,
-    }))
+/// Reads an account outside any transaction, with the sum of its active holds.
+pub(crate) async fn find(conn: &mut Conn, id: AccountId) -> Result<Option<Account>, Error> {
+    let sql = Sql::new(format!(
+        "SELECT a.account_id, a.currency, a.balance, a.entry_count, a.created_at, \
+         UTC_TIMESTAMP(6) AS now, \
+         CASE WHEN a.held = 0 THEN 0 ELSE (SELECT COALESCE(SUM(h.amount), 0) FROM holds h \
+           WHERE h.account_id = a.account_id AND h.state = {held} \
+           AND h.expires_at > UTC_TIMESTAMP(6)) END AS held \
+         FROM accounts a WHERE a.account_id = ?",
+        held = HoldState::Held.code()
+    ))
+    .bind(Bind::U64(id.get()));
+    let rows: Vec<Row> = super::reads::load(conn, sql).await?;
+    rows.into_iter()
+        .next()
+        .map(|row| row.into_locked().map(|(row, _)| row.account))
+        .transpose()
 }
 
-/// Reads an account outside any transaction.
-pub(crate) async fn find(conn: &mut Conn, id: AccountId) -> Result<Option<Account>, Failure> {
-    let row: Option<Row> = accounts::table
-        .find(id.get())
-        .select((
-            accounts::account_id,
-            accounts::currency,
-            accounts::balance,
-            accounts::created_at,
-        ))
-        .first(conn)
-        .await
-        .optional()
-        .at(Step::Read)?;
-    Ok(row.map(Row::into_account).transpose()?)
+/// `INSERT` of new accounts; `guard` as for [`update_sql`].
+pub(crate) fn insert_sql(rows: &[&AccountRow], guard: Option<&str>) -> Option<String> {
+    let values: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            let a = &row.account;
+            format!(
+                "{id}, CONVERT({currency} USING ascii), {balance}, {held}, {count}, {created}",
+                id = a.id,
+                currency = hex(a.currency.as_str().as_bytes()),
+                balance = a.balance,
+                held = row.held_total,
+                count = row.entry_count,
+                created = datetime(a.created_at),
+            )
+        })
+        .collect();
+    super::writes::insert("accounts", COLUMNS, &values, guard)
+}
+
+/// `UPDATE` of a changed account's counters. `guard`, on a multi-primary node,
+/// makes it a no-op unless the account still has the entry count it was locked
+/// with and the transaction still holds its claim (`writes`).
+pub(crate) fn update_sql(row: &AccountRow, count_before: u64, guard: Option<&str>) -> String {
+    let mut sql = format!(
+        "UPDATE accounts SET balance = {balance}, held = {held}, entry_count = {count} \
+         WHERE account_id = {id}",
+        balance = row.account.balance,
+        held = row.held_total,
+        count = row.entry_count,
+        id = row.account.id,
+    );
+    if let Some(guard) = guard {
+        let _ = write!(sql, " AND entry_count = {count_before} AND {guard}");
+    }
+    sql
 }

@@ -15,7 +15,7 @@ use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection as _};
 
 use super::pool::{self, Conn};
-use crate::error::Error;
+use crate::error::{Error, Recorded};
 use crate::telemetry::metrics;
 
 /// The MySQL / MariaDB error codes the service acts on.
@@ -26,6 +26,9 @@ mod code {
     pub(super) const DEADLOCK: u32 = 1213;
     /// Group Replication's certification failure at COMMIT.
     pub(super) const PLUGIN_ROLLBACK: u32 = 3101;
+    /// "Got error ... during COMMIT": on Group Replication, a transaction that lost
+    /// to another member's write of the same rows; rolled back.
+    pub(super) const ERROR_DURING_COMMIT: u32 = 1180;
     /// The server is shutting down.
     pub(super) const SERVER_SHUTDOWN: u32 = 1053;
     /// A Galera node that is not synced refuses statements.
@@ -45,9 +48,14 @@ pub(crate) enum Step {
     SetLockWait,
     Probe,
     ReadKey,
-    LockAccount,
-    Write,
+    /// Finding the accounts of the entries and holds a request names.
+    Locate,
+    LockAccounts,
+    LockHolds,
+    LockEntries,
     Commit,
+    /// Asking the server for the code of the error it reported.
+    Classify,
     Read,
 }
 
@@ -57,21 +65,13 @@ pub(crate) struct StepError {
     pub(crate) source: DieselError,
 }
 
-pub(crate) trait AtStep<T> {
-    fn at(self, step: Step) -> Result<T, StepError>;
-}
-
-impl<T> AtStep<T> for Result<T, DieselError> {
-    fn at(self, step: Step) -> Result<T, StepError> {
-        self.map_err(|source| StepError { step, source })
-    }
-}
-
 /// Why the body of a transaction stopped: a statement failed (to be classified
-/// while the connection still holds the error), or the outcome is already final.
+/// while the connection still holds the error), the database did not answer in
+/// time, or the outcome is already final.
 #[derive(Debug)]
 pub(crate) enum Failure {
     Db(StepError),
+    TimedOut { step: Step, after: Duration },
     Final(Error),
 }
 
@@ -96,17 +96,29 @@ pub(crate) enum AttemptError {
     /// The connection failed. Whatever it was doing did not commit, or committed
     /// with its key, so retrying is safe: the probe decides.
     ConnectionLost(String),
+    /// The database did not answer in time. Not retried: another connection to a
+    /// silent database would wait as long.
+    Silent(String),
     /// Final for this call.
     Final(Error),
 }
 
 impl AttemptError {
-    /// The caller's view of this failure, after `attempts` attempts.
-    pub(crate) fn into_error(self, attempts: u32) -> Error {
+    pub(crate) fn silent(step: Step, after: Duration) -> Self {
+        Self::Silent(format!(
+            "{step:?}: the database did not answer within {after:?}"
+        ))
+    }
+
+    /// The caller's view of this failure, after `attempts` attempts; `recorded`
+    /// says what the service knows of what committed under the key.
+    pub(crate) fn into_error(self, attempts: u32, recorded: Recorded) -> Error {
         match self {
             Self::Final(e) => e,
-            Self::Conflict => Error::Conflict { attempts },
-            Self::ConnectionLost(reason) => Error::Unavailable { reason },
+            Self::Conflict => Error::Conflict { attempts, recorded },
+            Self::ConnectionLost(reason) | Self::Silent(reason) => {
+                Error::Unavailable { reason, recorded }
+            }
         }
     }
 }
@@ -140,7 +152,9 @@ pub(crate) async fn classify(conn: &mut Conn, err: StepError, lock_wait: Duratio
 
 fn by_code(code: u32, step: Step, lock_wait: Duration, message: &str) -> AttemptError {
     match code {
-        code::DEADLOCK | code::PLUGIN_ROLLBACK => AttemptError::Conflict,
+        code::DEADLOCK | code::PLUGIN_ROLLBACK | code::ERROR_DURING_COMMIT => {
+            AttemptError::Conflict
+        }
         code::LOCK_WAIT_TIMEOUT => AttemptError::Final(match step {
             Step::Probe | Step::ReadKey => {
                 metrics::lock_wait_timeout("key");
@@ -202,7 +216,7 @@ mod tests {
             AttemptError::Final(Error::KeyInProgress { .. })
         ));
         assert!(matches!(
-            by_code(1205, Step::LockAccount, wait, ""),
+            by_code(1205, Step::LockAccounts, wait, ""),
             AttemptError::Final(Error::AccountBusy { .. })
         ));
     }
@@ -215,11 +229,11 @@ mod tests {
             AttemptError::Conflict
         ));
         assert!(matches!(
-            by_code(1927, Step::Write, wait, ""),
+            by_code(1927, Step::LockAccounts, wait, ""),
             AttemptError::ConnectionLost(_)
         ));
         assert!(matches!(
-            by_code(1062, Step::Write, wait, ""),
+            by_code(1062, Step::Commit, wait, ""),
             AttemptError::Final(Error::Internal(_))
         ));
     }

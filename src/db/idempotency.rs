@@ -1,16 +1,16 @@
-//! The `idempotency_keys` table: the probe that claims a key, the locking read of an
-//! existing key, and the stored outcome.
+//! The `idempotency_keys` table: the probe that claims a key, the locking reads of
+//! an existing key, and the SQL that stores an outcome.
 
 use chrono::NaiveDateTime;
+use diesel::QueryableByName;
 use diesel::mysql::Mysql;
-use diesel::prelude::*;
+use diesel::prelude::QueryResult;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
-use diesel::sql_types::{Binary, Datetime, Unsigned, Varbinary};
-use diesel_async::RunQueryDsl;
+use diesel::sql_types::{Binary, Blob, Datetime, Integer, Nullable, TinyInt, Unsigned, Varbinary};
 
-use super::failure::{AtStep, Failure, Step};
-use super::pool::Conn;
-use super::schema::idempotency_keys as keys;
+use super::failure::{Failure, Step};
+use super::sql::{Bind, Sql, hex};
+use super::tx::Tx;
 use crate::error::Error;
 use crate::ledger::{Fingerprint, Method, ScopedKey, StoredOutcome};
 
@@ -28,20 +28,18 @@ pub(crate) enum Claim {
 /// only holds on connections without `CLIENT_FOUND_ROWS` (see `pool`). A duplicate
 /// whose row is still uncommitted blocks here until its transaction ends.
 pub(crate) async fn probe(
-    conn: &mut Conn,
+    tx: &mut Tx<'_>,
     key: &ScopedKey,
     method: Method,
     fingerprint: &Fingerprint,
-    now: NaiveDateTime,
 ) -> Result<Claim, Failure> {
     let probe = Probe {
         namespace: key.namespace.as_str().as_bytes(),
         key: key.key.as_str().as_bytes(),
         method: method.code(),
         fingerprint: fingerprint.as_bytes().as_slice(),
-        created_at: now,
     };
-    match probe.execute(conn).await.at(Step::Probe)? {
+    match tx.execute(Step::Probe, probe).await? {
         1 => Ok(Claim::New),
         0 => Ok(Claim::Duplicate),
         n => Err(Error::internal(format!(
@@ -60,7 +58,6 @@ struct Probe<'a> {
     key: &'a [u8],
     method: u8,
     fingerprint: &'a [u8],
-    created_at: NaiveDateTime,
 }
 
 impl QueryFragment<Mysql> for Probe<'_> {
@@ -73,12 +70,13 @@ impl QueryFragment<Mysql> for Probe<'_> {
         out.push_sql(", ");
         out.push_bind_param::<Varbinary, _>(&self.key)?;
         out.push_sql(", ");
-        out.push_bind_param::<Unsigned<diesel::sql_types::TinyInt>, _>(&self.method)?;
+        out.push_bind_param::<Unsigned<TinyInt>, _>(&self.method)?;
         out.push_sql(", ");
         out.push_bind_param::<Binary, _>(&self.fingerprint)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Datetime, _>(&self.created_at)?;
-        out.push_sql(") ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key");
+        // The database's clock, which retention compares key ages with.
+        out.push_sql(
+            ", UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key",
+        );
         Ok(())
     }
 }
@@ -97,46 +95,105 @@ impl diesel::query_builder::Query for Probe<'_> {
 }
 
 /// An existing key's row.
-#[derive(Debug, Queryable)]
-pub(crate) struct KeyRow {
-    pub(crate) method: u8,
-    pub(crate) fingerprint: Vec<u8>,
-    pub(crate) outcome_code: Option<i32>,
-    pub(crate) outcome: Option<Vec<u8>>,
+#[derive(Debug, QueryableByName)]
+pub struct KeyRow {
+    #[diesel(sql_type = Unsigned<TinyInt>)]
+    pub method: u8,
+    #[diesel(sql_type = Binary)]
+    pub fingerprint: Vec<u8>,
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub outcome_code: Option<i32>,
+    #[diesel(sql_type = Nullable<Blob>)]
+    pub outcome: Option<Vec<u8>>,
+    #[diesel(sql_type = Datetime)]
+    pub created_at: NaiveDateTime,
 }
 
 impl KeyRow {
-    pub(crate) fn binds(&self, method: Method, fingerprint: &Fingerprint) -> bool {
+    pub fn binds(&self, method: Method, fingerprint: &Fingerprint) -> bool {
         self.method == method.code() && self.fingerprint == fingerprint.as_bytes()
     }
 
     /// The stored outcome; `None` only for a row that was never completed, which a
     /// committed row cannot be.
-    pub(crate) fn into_outcome(self) -> Option<StoredOutcome> {
+    pub fn outcome(&self) -> Option<StoredOutcome> {
         Some(StoredOutcome {
             code: self.outcome_code?,
-            body: self.outcome?,
+            body: self.outcome.clone()?,
         })
     }
 }
 
+const KEY_COLUMNS: &str = "method, fingerprint, outcome_code, outcome, created_at";
+
+fn select_key<'a>(key: &'a ScopedKey, lock: &str) -> Sql<'a> {
+    Sql::new(format!(
+        "SELECT {KEY_COLUMNS} FROM idempotency_keys \
+         WHERE namespace = ? AND idempotency_key = ? {lock}"
+    ))
+    .bind(Bind::Bytes(key.namespace.as_str().as_bytes()))
+    .bind(Bind::Bytes(key.key.as_str().as_bytes()))
+}
+
 /// SPEC 3.2 step 5: a locking read, so it sees the original's committed outcome
 /// rather than a snapshot taken before the original committed.
-pub(crate) async fn lock_existing(conn: &mut Conn, key: &ScopedKey) -> Result<KeyRow, Failure> {
-    keys::table
-        .find((
-            key.namespace.as_str().as_bytes(),
-            key.key.as_str().as_bytes(),
-        ))
-        .select((
-            keys::method,
-            keys::fingerprint,
-            keys::outcome_code,
-            keys::outcome,
-        ))
-        .for_update()
-        .first(conn)
-        .await
-        .at(Step::ReadKey)
-        .map_err(Failure::from)
+pub(crate) async fn lock_existing(tx: &mut Tx<'_>, key: &ScopedKey) -> Result<KeyRow, Failure> {
+    let rows: Vec<KeyRow> = tx
+        .load(Step::ReadKey, select_key(key, "FOR UPDATE"))
+        .await?;
+    rows.into_iter()
+        .next()
+        .ok_or_else(|| Error::internal("the probe found a key row that is gone").into())
+}
+
+/// SPEC 3.7: the key's row, read with a shared lock so that an operation still
+/// in flight under the key is waited for; `None` when nothing has committed under
+/// the key.
+pub(crate) async fn look_up(tx: &mut Tx<'_>, key: &ScopedKey) -> Result<Option<KeyRow>, Failure> {
+    let rows: Vec<KeyRow> = tx
+        .load(Step::ReadKey, select_key(key, "LOCK IN SHARE MODE"))
+        .await?;
+    Ok(rows.into_iter().next())
+}
+
+/// The condition that selects a key's row, whoever wrote it.
+pub(crate) fn row_condition(key: &ScopedKey) -> String {
+    format!(
+        "namespace = {} AND idempotency_key = {}",
+        hex(key.namespace.as_str().as_bytes()),
+        hex(key.key.as_str().as_bytes())
+    )
+}
+
+/// The condition that holds only inside the transaction that claimed the key:
+/// its row exists and has no outcome yet.
+pub(crate) fn claimed_condition(key: &ScopedKey) -> String {
+    format!("{} AND outcome IS NULL", row_condition(key))
+}
+
+/// `UPDATE` of a new key's row with its outcome; on a multi-primary node only
+/// while the row is still claimed.
+pub(crate) fn outcome_sql(key: &ScopedKey, outcome: &StoredOutcome, guarded: bool) -> String {
+    let condition = if guarded {
+        claimed_condition(key)
+    } else {
+        row_condition(key)
+    };
+    format!(
+        "UPDATE idempotency_keys SET outcome_code = {code}, outcome = {body} WHERE {condition}",
+        code = outcome.code,
+        body = hex(&outcome.body),
+    )
+}
+
+/// True when the key's committed row holds exactly this outcome (for the check
+/// after COMMIT).
+pub(crate) fn committed_condition(key: &ScopedKey, outcome: &StoredOutcome) -> String {
+    format!(
+        "({}, {}, {}, {})",
+        hex(key.namespace.as_str().as_bytes()),
+        hex(key.key.as_str().as_bytes()),
+        outcome.code,
+        hex(&outcome.body)
+    )
 }

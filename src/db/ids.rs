@@ -1,61 +1,201 @@
-//! Entry ids, handed out in blocks so a transaction knows its entry's id before it
-//! writes anything.
+//! Ids of new accounts, entries and holds, handed out in blocks so a transaction
+//! knows the ids of the rows it will write before it writes anything, and can
+//! encode its reply first.
 //!
-//! An instance takes a block of [`BLOCK`] ids from `id_blocks` in one autocommit
-//! statement (outside any ledger transaction, so the row is never held across
-//! one), and hands them out from memory. Ids are unique across instances; a
-//! restarted instance leaves the rest of its block unused.
+//! An instance takes a block of [`BLOCK`] ids of a kind from `id_blocks` in one
+//! autocommit statement on a read connection (never inside a ledger transaction,
+//! and on a cluster never in a batch another node could abort half way), and
+//! hands them out from memory. Ids are unique across instances; ids reserved for
+//! a call that did not use them go back; a restarted instance leaves the rest of
+//! its blocks unused. No lock is held across a round trip: callers that find the
+//! kind used up each take a block, and every block taken is used.
 
+use std::collections::VecDeque;
+use std::num::NonZeroU64;
 use std::ops::Range;
+use std::sync::Mutex;
 
-use diesel::dsl::sql;
-use diesel::sql_types::Unsigned;
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Unsigned};
 use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
-use tokio::sync::Mutex;
 
-use super::failure::{AtStep, Failure, Step};
-use super::pool::Conn;
+use super::failure::Failure;
+use super::pool::Pool;
 use crate::error::Error;
+use crate::ledger::book::{NewIds, RowCounts};
+use crate::ledger::{AccountId, EntryId, HoldId};
 
-/// Ids per block: one allocation (an fsync) per this many entries.
+/// Ids per block: one allocation (a durable commit) per this many rows.
 pub(crate) const BLOCK: u64 = 1000;
+/// Attempts at taking a block when a cluster reports a conflict.
+const BLOCK_ATTEMPTS: u32 = 5;
+/// The longest one attempt may take: two statements on a pooled connection.
+const BLOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-#[derive(Debug, Default)]
-pub(crate) struct EntryIds {
-    free: Mutex<Range<u64>>,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Accounts,
+    Entries,
+    Holds,
 }
 
-impl EntryIds {
-    /// The next id, taking a new block through `conn` (with no transaction under
-    /// way) when the current one is used up.
-    pub(crate) async fn next(&self, conn: &mut Conn) -> Result<u64, Failure> {
-        let mut free = self.free.lock().await;
-        if free.is_empty() {
-            *free = take_block(conn).await?;
+impl Kind {
+    /// The row of `id_blocks`, named after the table.
+    fn row(self) -> &'static str {
+        match self {
+            Self::Accounts => "accounts",
+            Self::Entries => "entries",
+            Self::Holds => "holds",
         }
-        let id = free.start;
-        free.start += 1;
-        Ok(id)
     }
 }
 
-/// Moves `next_id` on by a block, committed at once (the session runs without
-/// autocommit), and returns the block.
-async fn take_block(conn: &mut Conn) -> Result<Range<u64>, Failure> {
-    conn.batch_execute(&format!(
-        "UPDATE id_blocks SET next_id = LAST_INSERT_ID(next_id + {BLOCK}) WHERE name = 'entries'; \
-         COMMIT"
-    ))
-    .await
-    .at(Step::Write)?;
-    let end: u64 = diesel::select(sql::<Unsigned<diesel::sql_types::BigInt>>(
-        "LAST_INSERT_ID()",
-    ))
-    .get_result(conn)
-    .await
-    .at(Step::Write)?;
+#[derive(Debug, Default)]
+struct Free {
+    accounts: VecDeque<Range<u64>>,
+    entries: VecDeque<Range<u64>>,
+    holds: VecDeque<Range<u64>>,
+}
+
+impl Free {
+    fn of(&mut self, kind: Kind) -> &mut VecDeque<Range<u64>> {
+        match kind {
+            Kind::Accounts => &mut self.accounts,
+            Kind::Entries => &mut self.entries,
+            Kind::Holds => &mut self.holds,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Ids {
+    free: Mutex<Free>,
+}
+
+impl Ids {
+    /// Reserves ids for the rows `counts` may create, taking blocks through the
+    /// read pool when a kind is used up.
+    pub(crate) async fn reserve(&self, counts: RowCounts, pool: &Pool) -> Result<NewIds, Failure> {
+        let accounts = self.take(Kind::Accounts, counts.accounts, pool).await?;
+        let entries = self.take(Kind::Entries, counts.entries, pool).await?;
+        let holds = self.take(Kind::Holds, counts.holds, pool).await?;
+        Ok(NewIds {
+            accounts: ids(accounts, AccountId::new),
+            entries: ids(entries, EntryId::new),
+            holds: ids(holds, HoldId::new),
+        })
+    }
+
+    /// Puts back ids reserved but not used, to be handed out first.
+    pub(crate) fn give_back(&self, unused: &NewIds) {
+        let Ok(mut free) = self.free.lock() else {
+            return;
+        };
+        let mut put = |kind, ids: Vec<u64>| {
+            for id in ids.into_iter().rev() {
+                free.of(kind).push_front(id..id + 1);
+            }
+        };
+        put(
+            Kind::Accounts,
+            unused.accounts.iter().map(|i| i.get()).collect(),
+        );
+        put(
+            Kind::Entries,
+            unused.entries.iter().map(|i| i.get()).collect(),
+        );
+        put(Kind::Holds, unused.holds.iter().map(|i| i.get()).collect());
+    }
+
+    async fn take(&self, kind: Kind, n: usize, pool: &Pool) -> Result<Vec<u64>, Failure> {
+        let mut taken = Vec::with_capacity(n);
+        loop {
+            self.take_free(kind, n - taken.len(), &mut taken);
+            if taken.len() == n {
+                return Ok(taken);
+            }
+            // Without the lock: another caller may take a block meanwhile; both
+            // blocks go into the free list.
+            let block = take_block(kind, pool).await?;
+            if let Ok(mut free) = self.free.lock() {
+                free.of(kind).push_back(block);
+            }
+        }
+    }
+
+    fn take_free(&self, kind: Kind, n: usize, into: &mut Vec<u64>) {
+        let Ok(mut free) = self.free.lock() else {
+            return;
+        };
+        let ranges = free.of(kind);
+        while into.len() < n {
+            let Some(range) = ranges.front_mut() else {
+                return;
+            };
+            match range.next() {
+                Some(id) => into.push(id),
+                None => {
+                    ranges.pop_front();
+                }
+            }
+        }
+    }
+}
+
+fn ids<T>(raw: Vec<u64>, wrap: fn(NonZeroU64) -> T) -> VecDeque<T> {
+    raw.into_iter()
+        .filter_map(NonZeroU64::new)
+        .map(wrap)
+        .collect()
+}
+
+#[derive(QueryableByName)]
+struct End {
+    #[diesel(sql_type = Unsigned<BigInt>)]
+    end: u64,
+}
+
+/// Moves the kind's `next_id` on by a block, committed at once (a read
+/// connection runs in autocommit), and returns the block. It runs outside the
+/// caller's transaction, so a failure here is final for the attempt: nothing of it
+/// was recorded.
+async fn take_block(kind: Kind, pool: &Pool) -> Result<Range<u64>, Failure> {
+    let unavailable = |e: String| Failure::Final(Error::unavailable(format!("taking ids: {e}")));
+    let mut attempt = 1;
+    loop {
+        let taken = tokio::time::timeout(BLOCK_TIMEOUT, try_take_block(kind, pool)).await;
+        match taken {
+            Ok(Ok(block)) => return Ok(block),
+            // A cluster may abort the autocommit statement for a conflicting one.
+            Ok(Err(e)) if attempt < BLOCK_ATTEMPTS => {
+                tracing::debug!(error = %e, attempt, "taking a block of ids failed; retrying");
+                attempt += 1;
+            }
+            Ok(Err(e)) => return Err(unavailable(e)),
+            Err(_) => return Err(unavailable(format!("no answer within {BLOCK_TIMEOUT:?}"))),
+        }
+    }
+}
+
+async fn try_take_block(kind: Kind, pool: &Pool) -> Result<Range<u64>, String> {
+    let mut conn = pool.get().await.map_err(|e| e.to_string())?;
+    let moved = async {
+        conn.batch_execute(&format!(
+            "UPDATE id_blocks SET next_id = LAST_INSERT_ID(next_id + {BLOCK}) WHERE name = '{}'",
+            kind.row()
+        ))
+        .await?;
+        diesel::sql_query("SELECT LAST_INSERT_ID() AS end")
+            .get_result::<End>(&mut *conn)
+            .await
+    }
+    .await;
+    let End { end } = moved.map_err(|e| {
+        super::pool::discard(&mut conn);
+        e.to_string()
+    })?;
     if end <= BLOCK {
-        return Err(Error::internal("id_blocks has no row for entries").into());
+        return Err(format!("id_blocks has no row for {}", kind.row()));
     }
     Ok(end - BLOCK..end)
 }

@@ -1,25 +1,35 @@
-//! All SQL lives here. [`Persistence`] owns the pool; each public method is one
+//! All SQL lives here. [`Persistence`] owns the pools; each public method is one
 //! named operation.
 //!
-//! - `pool`: connections without `CLIENT_FOUND_ROWS`, and the bb8 pool.
+//! - `pool`: connections without `CLIENT_FOUND_ROWS`, and the bb8 pools.
 //! - `self_check`: the check, at start and on every new connection, that the probe
-//!   reports 1 then 0; and whether the server is a multi-primary node.
+//!   reports 1 then 0 and the session is as its pool needs; and whether the server
+//!   is a multi-primary node.
 //! - `migrate`: database creation and the embedded migrations.
-//! - `keyed`: the exactly-once transaction of SPEC 3.2, with its retries.
+//! - `keyed`: the exactly-once transaction of SPEC 3.2, with its retries; the same
+//!   for every operation. `load` locks what an operation needs, `writes` sends
+//!   what it changed with the COMMIT, `tx` bounds each round trip.
 //! - `failure`: classification of failed statements by MySQL error code.
-//! - `idempotency`, `accounts`: one file per table; `writes`: a transaction's
-//!   final writes, sent with its COMMIT; `ids`: entry ids in blocks.
+//! - `idempotency`, `accounts`, `entries`, `holds`: one file per table;
+//!   `ids`: ids in blocks; `reads`: the plain reads and the key look-up; `sql`:
+//!   statements as text.
 
 mod accounts;
 pub mod audit;
+mod entries;
 mod failure;
+mod holds;
 mod idempotency;
 mod ids;
 mod keyed;
+mod load;
 pub mod migrate;
 pub mod pool;
-pub mod schema;
+mod reads;
+pub mod secrets;
 pub mod self_check;
+mod sql;
+mod tx;
 mod writes;
 
 use std::sync::Arc;
@@ -30,9 +40,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::call::Call;
 use crate::error::Error;
-use crate::ledger::{Account, AccountId, Command, KeyedOutcome, Method, OutcomeEncoder, ScopedKey};
-use failure::{Failure, classify};
-pub use pool::{MultiPrimary, Pool, PoolSettings, Session};
+use crate::ledger::{Command, KeyedOutcome, Method, OutcomeEncoder, ScopedKey};
+pub use idempotency::KeyRow;
+pub use pool::{MultiPrimary, Pool, PoolSettings, Role, Session};
+pub use reads::Page;
 
 /// Bounds on waiting and retrying. Every wait in a transaction is bounded by one of
 /// these or by the caller's deadline, whichever is shorter.
@@ -83,9 +94,12 @@ impl Pools {
             size: (settings.size / 4).max(2),
             ..settings
         };
+        let keyed = Role::Keyed {
+            lock_wait_secs: crate::call::whole_secs(lock_wait),
+        };
         Self {
-            keyed: pool::build(urls, settings, lock_wait, session),
-            reads: pool::build_reads(urls, reads, session),
+            keyed: pool::build(urls, settings, keyed, session),
+            reads: pool::build(urls, reads, Role::Reads, session),
         }
     }
 }
@@ -99,7 +113,7 @@ pub struct Persistence {
 struct Inner {
     pool: Pool,
     reads: Pool,
-    entry_ids: ids::EntryIds,
+    ids: ids::Ids,
     /// The transaction tasks, so shutdown can wait for them to commit or roll back.
     tasks: TaskTracker,
     limits: Limits,
@@ -128,7 +142,7 @@ impl Persistence {
             inner: Arc::new(Inner {
                 pool: pools.keyed,
                 reads: pools.reads,
-                entry_ids: ids::EntryIds::default(),
+                ids: ids::Ids::default(),
                 tasks: TaskTracker::new(),
                 limits,
                 encoder,
@@ -149,6 +163,11 @@ impl Persistence {
     /// The pool of plain reads, which also serves health checks.
     pub fn reads(&self) -> &Pool {
         &self.inner.reads
+    }
+
+    /// The pool of keyed transactions.
+    pub fn keyed(&self) -> &Pool {
+        &self.inner.pool
     }
 
     /// Runs a keyed command exactly once (SPEC 3.2). The work runs in its own task,
@@ -176,20 +195,5 @@ impl Persistence {
         tokio::time::timeout_at(deadline, self.inner.tasks.wait())
             .await
             .is_ok()
-    }
-
-    /// Reads an account (a plain read, outside any transaction).
-    pub async fn get_account(&self, call: &Call, id: AccountId) -> Result<Account, Error> {
-        let mut conn = keyed::checkout(&self.inner.reads, call)
-            .await
-            .map_err(|e| e.into_error(1))?;
-        match accounts::find(&mut conn, id).await {
-            Ok(Some(account)) => Ok(account),
-            Ok(None) => Err(Error::AccountNotFound(id.get())),
-            Err(Failure::Final(e)) => Err(e),
-            Err(Failure::Db(e)) => Err(classify(&mut conn, e, self.inner.limits.lock_wait)
-                .await
-                .into_error(1)),
-        }
     }
 }

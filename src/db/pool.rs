@@ -19,14 +19,27 @@ use diesel_async::SimpleAsyncConnection as _;
 use diesel_async::pooled_connection::{
     AsyncDieselConnectionManager, ManagerConfig, PoolError, RecyclingMethod,
 };
+use futures::FutureExt as _;
 use mysql_async::{Opts, OptsBuilder};
 use tokio::sync::watch;
 
-use super::self_check;
+use super::self_check::{self, Expect, Kind};
 
 pub type Conn = AsyncMysqlConnection;
 type Manager = AsyncDieselConnectionManager<Conn>;
 pub type Pooled<'a> = bb8::PooledConnection<'a, Manager>;
+
+/// The longest a new connection may take to open, set up and pass the self-check:
+/// a node that accepts TCP but never answers must not hold a caller for longer.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// TCP keepalive on every connection, so an idle connection to a vanished host is
+/// noticed in seconds rather than at the kernel's default of hours.
+const KEEPALIVE: Duration = Duration::from_secs(10);
+/// After a connection was lost or a statement went unanswered, connections are
+/// pinged before use for this long (the others may be dead too).
+const VERIFY_WINDOW: Duration = Duration::from_secs(10);
+/// The longest a ping before use may take.
+const PING_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How the pool is sized and how long a call may wait for a connection.
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +80,29 @@ pub struct Pool {
     /// Set, for good, before the first connection to a multi-primary node is
     /// handed out.
     multi_primary: Arc<AtomicBool>,
+    health: Arc<Health>,
+}
+
+/// What the pool knows of the database's recent answers.
+#[derive(Debug, Default)]
+struct Health {
+    /// A statement went unanswered, and no connection has answered since.
+    silent: AtomicBool,
+    /// Until when connections are pinged before use.
+    verify_until: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Health {
+    fn verifying(&self) -> bool {
+        let until = self.verify_until.lock().map_or(None, |u| *u);
+        until.is_some_and(|until| tokio::time::Instant::now() < until)
+    }
+
+    fn suspect(&self) {
+        if let Ok(mut until) = self.verify_until.lock() {
+            *until = Some(tokio::time::Instant::now() + VERIFY_WINDOW);
+        }
+    }
 }
 
 /// Opens one connection that reports affected rows, not found rows. An operator's
@@ -74,53 +110,16 @@ pub struct Pool {
 pub async fn connect(url: &str) -> Result<Conn, ConnectionError> {
     let opts =
         Opts::from_url(url).map_err(|e| ConnectionError::InvalidConnectionUrl(e.to_string()))?;
+    let keepalive = u32::try_from(KEEPALIVE.as_millis()).unwrap_or(u32::MAX);
     let opts = OptsBuilder::from_opts(opts)
         .client_found_rows(false)
+        .tcp_keepalive(Some(keepalive))
         // diesel-async keeps its own prepared-statement cache.
         .stmt_cache_size(0);
     let conn = mysql_async::Conn::new(opts)
         .await
         .map_err(|e| ConnectionError::BadConnection(e.to_string()))?;
     AsyncMysqlConnection::try_from(conn).await
-}
-
-/// Builds the pool of keyed transactions. Connections are opened lazily, so this
-/// succeeds while the database is down.
-///
-/// Its sessions run with `autocommit = 0`, so a transaction starts with its first
-/// statement (the probe) and ends with the COMMIT or ROLLBACK that
-/// `keyed::transaction` always sends: no BEGIN round trip. Their
-/// `innodb_lock_wait_timeout` rests at `lock_wait`, so only a call with a shorter
-/// deadline has to change it.
-///
-/// Connections are not tested with a query at checkout: that would cost a round
-/// trip per call. A connection that fails is discarded ([`discard`]) and the
-/// transaction retried on another.
-pub fn build(
-    urls: &[String],
-    settings: PoolSettings,
-    lock_wait: Duration,
-    session: &Session,
-) -> Pool {
-    let setup = format!(
-        "SET SESSION autocommit = 0, innodb_lock_wait_timeout = {}",
-        lock_wait.as_secs().max(1)
-    );
-    let setup = [Some(setup), session.init.clone()]
-        .into_iter()
-        .flatten()
-        .collect();
-    build_with(urls, settings, setup, session.multi_primary)
-}
-
-/// Builds a pool of plain (autocommit) connections, for reads and health checks.
-pub fn build_reads(urls: &[String], settings: PoolSettings, session: &Session) -> Pool {
-    build_with(
-        urls,
-        settings,
-        session.init.iter().cloned().collect(),
-        session.multi_primary,
-    )
 }
 
 /// What every connection of a pool is told or asked when it is opened.
@@ -131,20 +130,63 @@ pub struct Session {
     pub multi_primary: MultiPrimary,
 }
 
-/// Every new connection goes to the first of `urls` that answers, runs `setup`,
-/// and passes the self-check (SPEC 3.3) before the pool hands it out.
-fn build_with(
-    urls: &[String],
-    settings: PoolSettings,
-    setup: Vec<String>,
-    multi_primary: MultiPrimary,
-) -> Pool {
+/// The two kinds of connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Keyed transactions: sessions without autocommit, so a transaction starts
+    /// with its first statement (the probe) and ends with the COMMIT or ROLLBACK
+    /// that `db::tx` always sends: no BEGIN round trip. REPEATABLE READ, the level
+    /// the transaction is written for. Their `innodb_lock_wait_timeout` rests at the
+    /// configured bound, so only a call with a shorter deadline changes it.
+    Keyed { lock_wait_secs: u64 },
+    /// Plain reads and health checks, in autocommit, so no read holds a snapshot.
+    Reads,
+}
+
+impl Role {
+    /// The statements that set a new session up, before the operator's.
+    fn setup(self) -> String {
+        match self {
+            Self::Keyed { lock_wait_secs } => format!(
+                "SET SESSION autocommit = 0, innodb_lock_wait_timeout = {lock_wait_secs}, \
+                 time_zone = '+00:00'; \
+                 SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+            ),
+            Self::Reads => "SET SESSION autocommit = 1, time_zone = '+00:00'".to_owned(),
+        }
+    }
+
+    /// What the self-check must find once the operator's statements have run too.
+    fn expect(self, multi_primary: MultiPrimary) -> Expect {
+        Expect {
+            kind: match self {
+                Self::Keyed { .. } => Kind::Keyed,
+                Self::Reads => Kind::Reads,
+            },
+            assume_multi_primary: multi_primary == MultiPrimary::On,
+        }
+    }
+}
+
+/// Builds a pool. Connections are opened lazily, so this succeeds while the
+/// database is down.
+///
+/// Connections are not tested with a query at checkout: that would cost a round
+/// trip per call. A connection that fails is discarded ([`discard`]) and the
+/// transaction retried on another; after a failure, connections are pinged before
+/// use for a while.
+pub fn build(urls: &[String], settings: PoolSettings, role: Role, session: &Session) -> Pool {
     let urls: Arc<[String]> = urls.into();
-    let setup: Arc<[String]> = setup.into();
-    let multi_primary = Arc::new(AtomicBool::new(multi_primary == MultiPrimary::On));
+    let setup = Arc::new(Setup::new(role, session));
+    let multi_primary = Arc::new(AtomicBool::new(session.multi_primary == MultiPrimary::On));
+    let health = Arc::new(Health::default());
     let seen = multi_primary.clone();
     let mut config = ManagerConfig::default();
-    config.recycling_method = RecyclingMethod::Fast;
+    let pinged = health.clone();
+    config.recycling_method = RecyclingMethod::CustomFunction(Box::new(move |conn| {
+        let health = pinged.clone();
+        async move { ping_if_suspect(conn, &health).await }.boxed()
+    }));
     config.custom_setup = Box::new(move |_| {
         let (urls, setup, seen) = (urls.clone(), setup.clone(), seen.clone());
         Box::pin(async move {
@@ -169,11 +211,51 @@ fn build_with(
         inner,
         connect_failures,
         multi_primary,
+        health,
     }
 }
 
-/// A connection, and whether its server is a multi-primary node.
-async fn open_first(urls: &[String], setup: &[String]) -> Result<(Conn, bool), ConnectionError> {
+/// While connections are suspect, each is pinged before use; an answer clears
+/// the silence.
+async fn ping_if_suspect(conn: &mut Conn, health: &Health) -> diesel::QueryResult<()> {
+    if !health.verifying() {
+        return Ok(());
+    }
+    match tokio::time::timeout(PING_TIMEOUT, conn.batch_execute("DO 1")).await {
+        Ok(Ok(())) => {
+            health.silent.store(false, Ordering::Release);
+            Ok(())
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::UnableToSendCommand,
+            Box::new(format!("no answer to a ping within {PING_TIMEOUT:?}")),
+        )),
+    }
+}
+
+/// How a new connection is set up and what it must pass.
+#[derive(Debug)]
+pub struct Setup {
+    statements: Vec<String>,
+    expect: Expect,
+}
+
+impl Setup {
+    pub fn new(role: Role, session: &Session) -> Self {
+        Self {
+            statements: [Some(role.setup()), session.init.clone()]
+                .into_iter()
+                .flatten()
+                .collect(),
+            expect: role.expect(session.multi_primary),
+        }
+    }
+}
+
+/// A connection to the first of `urls` that answers, and whether its server is
+/// a multi-primary node.
+async fn open_first(urls: &[String], setup: &Setup) -> Result<(Conn, bool), ConnectionError> {
     let mut last = ConnectionError::BadConnection("no database URL".into());
     for url in urls {
         match open(url, setup).await {
@@ -184,17 +266,28 @@ async fn open_first(urls: &[String], setup: &[String]) -> Result<(Conn, bool), C
     Err(last)
 }
 
-async fn open(url: &str, setup: &[String]) -> Result<(Conn, bool), ConnectionError> {
-    let mut conn = connect(url).await?;
-    for sql in setup {
-        conn.batch_execute(sql)
+/// Opens a connection as a pool of `setup`'s role would, within
+/// [`CONNECT_TIMEOUT`], and runs the self-check (SPEC 3.3) on it.
+pub async fn open(url: &str, setup: &Setup) -> Result<(Conn, bool), ConnectionError> {
+    let opening = async {
+        let mut conn = connect(url).await?;
+        for sql in &setup.statements {
+            conn.batch_execute(sql)
+                .await
+                .map_err(ConnectionError::CouldntSetupConfiguration)?;
+        }
+        let multi_primary = self_check::check(&mut conn, setup.expect)
             .await
-            .map_err(ConnectionError::CouldntSetupConfiguration)?;
-    }
-    let multi_primary = self_check::check(&mut conn)
+            .map_err(|e| ConnectionError::BadConnection(e.to_string()))?;
+        Ok((conn, multi_primary))
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, opening)
         .await
-        .map_err(|e| ConnectionError::BadConnection(e.to_string()))?;
-    Ok((conn, multi_primary))
+        .unwrap_or_else(|_| {
+            Err(ConnectionError::BadConnection(format!(
+                "no answer within {CONNECT_TIMEOUT:?}"
+            )))
+        })
 }
 
 /// Marks a connection so the pool drops it instead of handing it out again: its
@@ -238,6 +331,25 @@ impl Pool {
     /// one is assumed). Read after checkout, it covers the connection checked out.
     pub fn multi_primary(&self) -> bool {
         self.multi_primary.load(Ordering::Acquire)
+    }
+
+    /// A statement on one of the pool's connections went unanswered: the database
+    /// may have gone silent. Until a connection answers again, health reports it,
+    /// and connections are pinged before use.
+    pub fn report_silence(&self) {
+        self.health.silent.store(true, Ordering::Release);
+        self.health.suspect();
+    }
+
+    /// A connection was lost: the others may be too, so they are pinged before use
+    /// for a while.
+    pub fn report_lost(&self) {
+        self.health.suspect();
+    }
+
+    /// Whether a statement went unanswered and no connection has answered since.
+    pub fn silent(&self) -> bool {
+        self.health.silent.load(Ordering::Acquire)
     }
 
     pub fn state(&self) -> bb8::State {

@@ -1,14 +1,19 @@
-//! The startup self-check (SPEC 3.3): the service refuses to serve unless a live
-//! connection reports affected rows the way the probe relies on, 1 for a new key and
-//! 0 for a duplicate. It runs in a temporary table, so it leaves no trace in the
-//! ledger's tables.
+//! The self-check every connection passes before use (SPEC 3.3): the service
+//! refuses to serve unless a live connection reports affected rows the way the
+//! probe relies on, 1 for a new key and 0 for a duplicate. It runs in a temporary
+//! table, so it leaves no trace in the ledger's tables.
 //!
-//! Every connection also asks whether its server is a node of a multi-primary
-//! cluster, where another node's write can abort a transaction between the
-//! statements of a batch (`db::writes`).
+//! It also checks that the session is what its pool needs once the operator's
+//! `--session-init` has run: keyed sessions without autocommit and in REPEATABLE
+//! READ, read sessions in autocommit (a read session without it would hold one
+//! snapshot and serve stale reads forever). And it asks whether the server is a
+//! node of a multi-primary cluster, where another node's write can abort a
+//! transaction between the statements of a batch (`db::writes`); on such a node a
+//! keyed session calls the check procedure once, so a missing EXECUTE grant stops
+//! the service at start rather than failing calls after their COMMIT.
 
 use diesel::QueryableByName;
-use diesel::sql_types::Text;
+use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 
 use super::pool::Conn;
@@ -21,15 +26,59 @@ pub enum SelfCheckError {
          rewriting affected rows? Serving would charge retries twice"
     )]
     AffectedRows { new: usize, duplicate: usize },
+    #[error(
+        "the session has autocommit {found} after --session-init; the ledger's {pool} sessions \
+         need it {expected}"
+    )]
+    Autocommit {
+        found: &'static str,
+        expected: &'static str,
+        pool: &'static str,
+    },
+    #[error(
+        "the session's isolation level is {0} after --session-init; keyed transactions need \
+         REPEATABLE-READ"
+    )]
+    Isolation(String),
+    #[error(
+        "cannot call ledger_require_committed on this multi-primary node ({0}); grant EXECUTE \
+         on the ledger's database to the service's account (and run the migrations)"
+    )]
+    Procedure(String),
     #[error("the self-check could not run: {0}")]
     Query(#[from] diesel::result::Error),
 }
 
-/// The check every connection passes before use: affected rows as the probe
-/// needs them. Returns whether its server is a multi-primary node.
-pub async fn check(conn: &mut Conn) -> Result<bool, SelfCheckError> {
+/// Which pool a session is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Keyed transactions: autocommit off, REPEATABLE READ; on a multi-primary
+    /// node, the check procedure must be callable.
+    Keyed,
+    /// Plain reads: autocommit on.
+    Reads,
+}
+
+/// What a session must look like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expect {
+    pub kind: Kind,
+    /// Treat the server as multi-primary whatever it says.
+    pub assume_multi_primary: bool,
+}
+
+/// The check every connection passes before use. Returns whether its server is a
+/// multi-primary node.
+pub async fn check(conn: &mut Conn, expect: Expect) -> Result<bool, SelfCheckError> {
     verify_affected_rows(conn).await?;
-    is_multi_primary(conn).await
+    verify_session(conn, expect).await?;
+    let multi_primary = expect.assume_multi_primary || is_multi_primary(conn).await?;
+    if multi_primary && expect.kind == Kind::Keyed {
+        conn.batch_execute("CALL ledger_require_committed(TRUE); COMMIT")
+            .await
+            .map_err(|e| SelfCheckError::Procedure(e.to_string()))?;
+    }
+    Ok(multi_primary)
 }
 
 pub async fn verify_affected_rows(conn: &mut Conn) -> Result<(), SelfCheckError> {
@@ -52,6 +101,48 @@ pub async fn verify_affected_rows(conn: &mut Conn) -> Result<(), SelfCheckError>
         (1, 0) => Ok(()),
         (new, duplicate) => Err(SelfCheckError::AffectedRows { new, duplicate }),
     }
+}
+
+#[derive(QueryableByName)]
+struct SessionRow {
+    #[diesel(sql_type = BigInt)]
+    autocommit: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    isolation: Option<String>,
+}
+
+async fn verify_session(conn: &mut Conn, expect: Expect) -> Result<(), SelfCheckError> {
+    // MySQL 8 and MariaDB 11.1 name it transaction_isolation; MariaDB 10 tx_isolation.
+    let row = match diesel::sql_query(
+        "SELECT @@autocommit AS autocommit, @@transaction_isolation AS isolation",
+    )
+    .get_result::<SessionRow>(conn)
+    .await
+    {
+        Ok(row) => row,
+        Err(_) => {
+            diesel::sql_query("SELECT @@autocommit AS autocommit, @@tx_isolation AS isolation")
+                .get_result::<SessionRow>(conn)
+                .await?
+        }
+    };
+    let on_off = |on: bool| if on { "on" } else { "off" };
+    let (autocommit, pool) = match expect.kind {
+        Kind::Keyed => (false, "keyed"),
+        Kind::Reads => (true, "read"),
+    };
+    if (row.autocommit == 1) != autocommit {
+        return Err(SelfCheckError::Autocommit {
+            found: on_off(row.autocommit == 1),
+            expected: on_off(autocommit),
+            pool,
+        });
+    }
+    let isolation = row.isolation.unwrap_or_default();
+    if expect.kind == Kind::Keyed && isolation != "REPEATABLE-READ" {
+        return Err(SelfCheckError::Isolation(isolation));
+    }
+    Ok(())
 }
 
 /// True on a Galera node (`wsrep_on`) and on a MySQL server configured for Group

@@ -1,23 +1,45 @@
 //! The tonic service: decode a request into domain values, run it, encode the
 //! answer.
 //!
-//! - `service`: the `ledger.v1.Ledger` implementation.
-//! - `request`: protobuf request -> validated domain command.
+//! - `service`: the `ledger.v1.Ledger` implementation, one line per RPC.
+//! - `request`: protobuf request -> validated domain operation, one function per RPC.
 //! - `outcome`: domain outcome <-> the bytes stored under a key and replayed.
 //! - `status`: the one mapping from [`crate::error::Error`] to `tonic::Status`.
+//! - `pages`: ListEntries' page tokens.
+//! - `audit`: `ledger audit`'s judgement of stored outcomes.
 //! - `codec`: prost's codec, with malformed requests as INVALID_ARGUMENT.
 //! - `deadline`: the caller's deadline from the `grpc-timeout` header.
 //! - `limits`: RESOURCE_EXHAUSTED for oversized requests.
 
+pub mod audit;
 pub mod codec;
 mod deadline;
 mod limits;
 mod outcome;
+mod pages;
 mod request;
 mod service;
 mod status;
 
 pub use limits::ResourceExhausted;
-pub use outcome::{ProtoEncoder, audit_stored};
+pub use outcome::ProtoEncoder;
+pub use pages::PageTokens;
 pub use service::LedgerService;
 pub use status::{DOMAIN, REPLAYED_HEADER, unauthenticated};
+
+/// The methods of `ledger.v1.Ledger`, as the wire contract names them.
+pub fn method_names() -> Vec<String> {
+    use prost::Message as _;
+    let Ok(set) = prost_types::FileDescriptorSet::decode(crate::proto::pb::FILE_DESCRIPTOR_SET)
+    else {
+        return Vec::new();
+    };
+    set.file
+        .iter()
+        .filter(|f| f.package() == "ledger.v1")
+        .flat_map(|f| &f.service)
+        .filter(|s| s.name() == "Ledger")
+        .flat_map(|s| &s.method)
+        .map(|m| m.name().to_owned())
+        .collect()
+}

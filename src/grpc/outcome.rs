@@ -9,10 +9,10 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Response, Status};
 
 use super::status::{REPLAYED_HEADER, from_decline, report};
-use crate::db::audit::StoredRow;
 use crate::error::Error;
 use crate::ledger::{
-    Account, Decline, Entry, EntryKind, KeyedOutcome, Method, OutcomeEncoder, StoredOutcome,
+    Account, AccountId, Decline, Entry, EntryId, EntryKind, Hold, HoldId, HoldState, KeyedOutcome,
+    OutcomeEncoder, Reply, StoredOutcome,
 };
 use crate::proto::pb;
 
@@ -21,21 +21,46 @@ use crate::proto::pb;
 pub struct ProtoEncoder;
 
 impl OutcomeEncoder for ProtoEncoder {
-    fn account_opened(&self, account: &Account) -> StoredOutcome {
-        success(&pb::OpenAccountReply {
-            account: Some(account_message(account)),
-        })
-    }
-
-    fn posted(&self, entry: &Entry) -> StoredOutcome {
-        let entry_message = Some(entry_message(entry));
-        match entry.kind {
-            EntryKind::Charge => success(&pb::ChargeReply {
-                entry: entry_message,
-            }),
-            EntryKind::Credit => success(&pb::CreditReply {
-                entry: entry_message,
-            }),
+    fn reply(&self, reply: &Reply) -> StoredOutcome {
+        let body = match reply {
+            Reply::OpenAccount(account) => pb::OpenAccountReply {
+                account: Some(account_message(account)),
+            }
+            .encode_to_vec(),
+            Reply::Credit(entry) => pb::CreditReply {
+                entry: Some(entry_message(entry)),
+            }
+            .encode_to_vec(),
+            Reply::Charge(entry) => pb::ChargeReply {
+                entry: Some(entry_message(entry)),
+            }
+            .encode_to_vec(),
+            Reply::Transfer { debit, credit } => pb::TransferReply {
+                debit: Some(entry_message(debit)),
+                credit: Some(entry_message(credit)),
+            }
+            .encode_to_vec(),
+            Reply::Refund(entry) => pb::RefundReply {
+                entry: Some(entry_message(entry)),
+            }
+            .encode_to_vec(),
+            Reply::PlaceHold(hold) => pb::PlaceHoldReply {
+                hold: Some(hold_message(hold, hold.state)),
+            }
+            .encode_to_vec(),
+            Reply::CaptureHold { hold, entry } => pb::CaptureHoldReply {
+                hold: Some(hold_message(hold, hold.state)),
+                entry: Some(entry_message(entry)),
+            }
+            .encode_to_vec(),
+            Reply::VoidHold(hold) => pb::VoidHoldReply {
+                hold: Some(hold_message(hold, hold.state)),
+            }
+            .encode_to_vec(),
+        };
+        StoredOutcome {
+            code: Code::Ok as i32,
+            body,
         }
     }
 
@@ -49,41 +74,71 @@ impl OutcomeEncoder for ProtoEncoder {
     }
 }
 
-fn success(reply: &impl Message) -> StoredOutcome {
-    StoredOutcome {
-        code: Code::Ok as i32,
-        body: reply.encode_to_vec(),
-    }
-}
-
 pub(super) fn account_message(account: &Account) -> pb::Account {
     pb::Account {
         account_id: account.id.get(),
         currency: account.currency.to_string(),
         balance: account.balance,
         created_at: Some(timestamp(account.created_at)),
+        held: account.held,
+        available: account.available(),
     }
 }
 
-fn entry_message(entry: &Entry) -> pb::Entry {
+pub(super) fn entry_message(entry: &Entry) -> pb::Entry {
     pb::Entry {
-        entry_id: entry.id,
+        entry_id: entry.id.get(),
         account_id: entry.account_id.get(),
-        kind: match entry.kind {
-            EntryKind::Charge => pb::EntryKind::Charge,
-            EntryKind::Credit => pb::EntryKind::Credit,
-        }
-        .into(),
+        kind: entry_kind(entry.kind).into(),
         amount: entry.amount.get(),
         currency: entry.currency.to_string(),
         balance_after: entry.balance_after,
         idempotency_key: entry.idempotency_key.as_str().to_owned(),
         description: entry.description.as_str().to_owned(),
         created_at: Some(timestamp(entry.created_at)),
+        counterparty_account_id: entry.counterparty.map_or(0, AccountId::get),
+        refunded_entry_id: entry.refunded_entry.map_or(0, EntryId::get),
+        hold_id: entry.hold.map_or(0, HoldId::get),
     }
 }
 
-fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
+fn entry_kind(kind: EntryKind) -> pb::EntryKind {
+    match kind {
+        EntryKind::Charge => pb::EntryKind::Charge,
+        EntryKind::Credit => pb::EntryKind::Credit,
+        EntryKind::TransferOut => pb::EntryKind::TransferOut,
+        EntryKind::TransferIn => pb::EntryKind::TransferIn,
+        EntryKind::Refund => pb::EntryKind::Refund,
+        EntryKind::Capture => pb::EntryKind::Capture,
+    }
+}
+
+/// A hold as the wire shows it in `state` (its state at the instant it is shown).
+pub(super) fn hold_message(hold: &Hold, state: HoldState) -> pb::Hold {
+    pb::Hold {
+        hold_id: hold.id.get(),
+        account_id: hold.account_id.get(),
+        amount: hold.amount.get(),
+        currency: hold.currency.to_string(),
+        state: hold_state(state).into(),
+        captured_amount: hold.captured_amount,
+        description: hold.description.as_str().to_owned(),
+        idempotency_key: hold.idempotency_key.as_str().to_owned(),
+        created_at: Some(timestamp(hold.created_at)),
+        expires_at: Some(timestamp(hold.expires_at)),
+    }
+}
+
+fn hold_state(state: HoldState) -> pb::HoldState {
+    match state {
+        HoldState::Held => pb::HoldState::Held,
+        HoldState::Captured => pb::HoldState::Captured,
+        HoldState::Voided => pb::HoldState::Voided,
+        HoldState::Expired => pb::HoldState::Expired,
+    }
+}
+
+pub(super) fn timestamp(at: DateTime<Utc>) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: at.timestamp(),
         // Always below 10^9, so it fits.
@@ -120,78 +175,4 @@ pub(super) fn render<M: Message + Default>(keyed: KeyedOutcome) -> Result<Respon
         Bytes::from(outcome.body),
         metadata,
     ))
-}
-
-/// Judges a stored outcome for `ledger audit`: a success must decode as its
-/// method's reply, and a Credit's or Charge's reply must describe the very entry
-/// its key produced; a decline must decode as a `google.rpc.Status` with the stored
-/// code and an `ErrorInfo` of this domain. `None` when all holds.
-pub fn audit_stored(row: &StoredRow) -> Option<String> {
-    let key = format!(
-        "key {:?} (namespace {:?})",
-        String::from_utf8_lossy(&row.idempotency_key),
-        String::from_utf8_lossy(&row.namespace)
-    );
-    let (Some(code), Some(body)) = (row.outcome_code, row.outcome.as_deref()) else {
-        return None; // reported by the set check "every key has an outcome"
-    };
-    let problem = match (Method::from_code(row.method), code) {
-        (None, _) => Some(format!("unknown method {}", row.method)),
-        (Some(_), 0) => audit_success(row, body),
-        (Some(_), code) => audit_decline(code, body),
-    };
-    problem.map(|p| format!("{key}: {p}"))
-}
-
-fn audit_success(row: &StoredRow, body: &[u8]) -> Option<String> {
-    let entry = match Method::from_code(row.method)? {
-        Method::OpenAccount => {
-            return match pb::OpenAccountReply::decode(body) {
-                Ok(pb::OpenAccountReply { account: Some(a) }) if a.account_id > 0 => None,
-                Ok(_) => Some("stored OpenAccount reply has no account".into()),
-                Err(e) => Some(format!("stored OpenAccount reply does not decode: {e}")),
-            };
-        }
-        Method::Credit => pb::CreditReply::decode(body).map(|r| (r.entry, pb::EntryKind::Credit)),
-        Method::Charge => pb::ChargeReply::decode(body).map(|r| (r.entry, pb::EntryKind::Charge)),
-    };
-    let (entry, kind) = match entry {
-        Ok((Some(entry), kind)) => (entry, kind),
-        Ok((None, _)) => return Some("stored reply has no entry".into()),
-        Err(e) => return Some(format!("stored reply does not decode: {e}")),
-    };
-    let stored = (
-        Some(entry.entry_id),
-        Some(entry.account_id),
-        Some(entry.amount),
-        Some(entry.balance_after),
-    );
-    let journal = (row.entry_id, row.account_id, row.amount, row.balance_after);
-    if stored != journal
-        || entry.kind() != kind
-        || entry.idempotency_key.as_bytes() != row.idempotency_key
-    {
-        return Some(format!(
-            "stored reply {stored:?} differs from its entry {journal:?}"
-        ));
-    }
-    None
-}
-
-fn audit_decline(code: i32, body: &[u8]) -> Option<String> {
-    use tonic_types::RpcStatusExt as _;
-    let status = match tonic_types::pb::Status::decode(body) {
-        Ok(status) => status,
-        Err(e) => return Some(format!("stored status does not decode: {e}")),
-    };
-    if status.code != code {
-        return Some(format!(
-            "stored status has code {}, its row {code}",
-            status.code
-        ));
-    }
-    match status.get_error_details().error_info() {
-        Some(info) if info.domain == super::DOMAIN => None,
-        _ => Some("stored status has no ErrorInfo of the ledger.v1 domain".into()),
-    }
 }

@@ -1,21 +1,24 @@
-//! `ledger.v1.Ledger`: each RPC parses its request, runs it through
-//! [`Persistence`], and renders the answer. One span per RPC carries the method,
-//! the account, a redacted key, the outcome code and the replay flag; one metric
-//! sample per RPC its method, code and latency.
+//! The `ledger.v1.Ledger` service: every RPC is one line, naming its method, its
+//! request parser (`request`) and, for reads, how the answer is made.
 
-use std::future::Future;
+use std::sync::Arc;
 
 use prost::Message;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status};
-use tracing::field::Empty;
+use tracing::Instrument as _;
 
+use super::deadline;
+use super::outcome::{self, account_message, entry_message, hold_message, timestamp};
+use super::pages::PageTokens;
+use super::request::{self, Keyed};
 use super::status::report;
-use super::{deadline, outcome, request};
-use crate::call::Call;
+use crate::auth::Client;
+use crate::call::{Abandoned, Call};
 use crate::db::Persistence;
 use crate::error::Error;
-use crate::ledger::{Command, EntryKind, IdempotencyKey, Namespace, ScopedKey};
+use crate::ledger::{IdempotencyKey, Method, ScopedKey};
 use crate::proto::pb;
 use crate::proto::pb::ledger_server::Ledger;
 use crate::telemetry::metrics;
@@ -23,85 +26,212 @@ use crate::telemetry::metrics;
 #[derive(Debug, Clone)]
 pub struct LedgerService {
     db: Persistence,
+    pages: PageTokens,
+    /// Calls being served; past the limit, new ones are refused at once.
+    calls: Arc<Semaphore>,
+    limit: usize,
+}
+
+/// One call being served: the caller, its deadline, and its place under the
+/// concurrency limit.
+struct Serving {
+    client: Client,
+    call: Call,
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl LedgerService {
-    pub fn new(db: Persistence) -> Self {
-        Self { db }
+    /// At most `max_calls` calls are served at once.
+    pub fn new(db: Persistence, pages: PageTokens, max_calls: usize) -> Self {
+        Self {
+            db,
+            pages,
+            calls: Arc::new(Semaphore::new(max_calls)),
+            limit: max_calls,
+        }
     }
 
     pub fn into_server(self) -> pb::ledger_server::LedgerServer<Self> {
         pb::ledger_server::LedgerServer::new(self)
     }
 
+    /// Admits a call: the client may call `method`, and the server is under its
+    /// limit of concurrent calls.
+    fn admit<T>(&self, method: &'static str, request: &Request<T>) -> Result<Serving, Error> {
+        let client = request
+            .extensions()
+            .get::<Client>()
+            .cloned()
+            .ok_or_else(|| Error::internal("no client: the authenticator did not run"))?;
+        if !client.may_call(method) {
+            return Err(Error::PermissionDenied(method));
+        }
+        let permit = self
+            .calls
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Error::Overloaded { limit: self.limit })?;
+        Ok(Serving {
+            client,
+            call: deadline::call_for(request),
+            _permit: permit,
+        })
+    }
+
     /// Parses, runs and renders one keyed call.
     async fn keyed<Req, M: Message + Default>(
         &self,
-        method: &'static str,
+        method: Method,
         request: Request<Req>,
-        parse: fn(Req) -> Result<(IdempotencyKey, Command), Error>,
+        parse: fn(Req) -> Result<Keyed, Error>,
     ) -> Result<Response<M>, Status> {
-        let started = Instant::now();
-        let span = tracing::Span::current();
-        let call = deadline::call_for(&request);
-        let answer = async {
-            let namespace = namespace(&request)?;
-            let (key, command) = parse(request.into_inner())?;
-            span.record("key", key.redacted());
-            let key = ScopedKey { namespace, key };
-            answer(&call, self.db.execute(&call, key, command)).await
-        }
-        .await;
-        let rendered = match answer {
-            Ok(keyed) => {
-                span.record("replayed", keyed.replayed);
-                if keyed.replayed {
-                    metrics::replay(method);
-                }
-                outcome::render(keyed)
+        let name = method.name();
+        let span = rpc_span(name);
+        let work = async {
+            let started = Instant::now();
+            let answer = async {
+                let serving = self.admit(name, &request)?;
+                let (key, command) = parse(request.into_inner())?;
+                tracing::Span::current().record("key", key.redacted());
+                let key = ScopedKey {
+                    namespace: serving.client.namespace.clone(),
+                    key,
+                };
+                answer(&serving.call, self.db.execute(&serving.call, key, command)).await
             }
-            Err(e) => {
-                if matches!(e, Error::KeyReused) {
-                    metrics::key_reuse(method);
+            .await;
+            let rendered = match answer {
+                Ok(keyed) => {
+                    tracing::Span::current().record("replayed", keyed.replayed);
+                    if keyed.replayed {
+                        metrics::replay(name);
+                    }
+                    outcome::render(keyed)
                 }
-                Err(fail(&span, &e))
-            }
+                Err(e) => {
+                    if matches!(e, Error::KeyReused) {
+                        metrics::key_reuse(name);
+                    }
+                    Err(fail(&e))
+                }
+            };
+            finish(name, started, rendered.as_ref().map(drop));
+            rendered
         };
-        finish(&span, method, started, rendered.as_ref().map(drop));
-        rendered
+        work.instrument(span).await
+    }
+
+    /// Runs and renders one read.
+    async fn read<Req, M, F>(
+        &self,
+        name: &'static str,
+        request: Request<Req>,
+        read: impl FnOnce(Req, Call) -> F,
+    ) -> Result<Response<M>, Status>
+    where
+        F: Future<Output = Result<M, Error>>,
+    {
+        let span = rpc_span(name);
+        let work = async {
+            let started = Instant::now();
+            let answer = async {
+                let serving = self.admit(name, &request)?;
+                let call = serving.call.clone();
+                answer(&call, read(request.into_inner(), serving.call)).await
+            }
+            .await;
+            let rendered = answer.map(Response::new).map_err(|e| fail(&e));
+            finish(name, started, rendered.as_ref().map(drop));
+            rendered
+        };
+        work.instrument(span).await
+    }
+
+    async fn list_entries(
+        &self,
+        request: pb::ListEntriesRequest,
+        call: Call,
+    ) -> Result<pb::ListEntriesReply, Error> {
+        let (account, size) = request::list_entries(&request)?;
+        let after = self.pages.read(account, &request.page_token)?;
+        let page = self.db.list_entries(&call, account, after, size).await?;
+        let next_page_token = match page.entries.last() {
+            Some((last, _)) if page.more => self.pages.issue(account, *last),
+            _ => String::new(),
+        };
+        Ok(pb::ListEntriesReply {
+            entries: page.entries.iter().map(|(_, e)| entry_message(e)).collect(),
+            next_page_token,
+        })
+    }
+
+    async fn lookup_key(
+        &self,
+        request: pb::LookupKeyRequest,
+        call: Call,
+        client: Client,
+    ) -> Result<pb::KeyRecord, Error> {
+        let key: IdempotencyKey = request::lookup_key(request)?;
+        let scoped = ScopedKey {
+            namespace: client.namespace,
+            key,
+        };
+        let row = self
+            .db
+            .look_up_key(&call, &scoped)
+            .await?
+            .ok_or(Error::KeyNotFound)?;
+        let method = Method::from_code(row.method)
+            .ok_or_else(|| Error::internal(format!("unknown method {}", row.method)))?;
+        let stored = row
+            .outcome()
+            .ok_or_else(|| Error::internal("a committed key row has no outcome"))?;
+        let outcome = if stored.code == Code::Ok as i32 {
+            pb::key_record::Outcome::Reply(stored.body)
+        } else {
+            let status = tonic_types::pb::Status::decode(stored.body.as_slice())
+                .map_err(|e| Error::internal(format!("stored status does not decode: {e}")))?;
+            pb::key_record::Outcome::Error(status)
+        };
+        Ok(pb::KeyRecord {
+            idempotency_key: scoped.key.as_str().to_owned(),
+            method: format!("/ledger.v1.Ledger/{}", method.name()),
+            created_at: Some(timestamp(row.created_at.and_utc())),
+            outcome: Some(outcome),
+        })
     }
 }
 
+fn rpc_span(method: &'static str) -> tracing::Span {
+    tracing::info_span!(
+        "rpc",
+        method,
+        key = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        error = tracing::field::Empty,
+        replayed = tracing::field::Empty
+    )
+}
+
 /// Records the outcome code and latency of a finished RPC.
-fn finish(
-    span: &tracing::Span,
-    method: &'static str,
-    started: Instant,
-    answer: Result<(), &Status>,
-) {
+fn finish(method: &'static str, started: Instant, answer: Result<(), &Status>) {
     let code = answer.err().map_or(Code::Ok, Status::code);
-    span.record("outcome", tracing::field::debug(code));
+    tracing::Span::current().record("outcome", tracing::field::debug(code));
     metrics::rpc(method, code, started.elapsed());
     tracing::debug!("rpc done");
 }
 
-/// The caller's key namespace, put there by `auth::Authenticator`.
-fn namespace<T>(request: &Request<T>) -> Result<Namespace, Error> {
-    request
-        .extensions()
-        .get::<Namespace>()
-        .cloned()
-        .ok_or_else(|| Error::internal("no key namespace: the authenticator did not run"))
-}
-
-fn fail(span: &tracing::Span, error: &Error) -> Status {
-    span.record("error", error.label());
+fn fail(error: &Error) -> Status {
+    tracing::Span::current().record("error", error.label());
     report(error)
 }
 
 /// Waits for the call's work, or answers DEADLINE_EXCEEDED when the deadline comes
-/// first and no COMMIT is under way. If this future is dropped (the caller went
-/// away), the call is abandoned, so the work rolls back instead of committing.
+/// first: saying nothing was recorded when no COMMIT can have taken effect, and
+/// that the outcome is not known when one was sent and its answer lost (SPEC 3.6).
+/// A COMMIT in flight is waited for until the caller's own deadline. If this
+/// future is dropped (the caller went away), the call is abandoned, so the work
+/// rolls back instead of committing.
 async fn answer<T>(call: &Call, work: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
     struct AbandonOnDrop<'a>(&'a Call);
     impl Drop for AbandonOnDrop<'_> {
@@ -113,72 +243,134 @@ async fn answer<T>(call: &Call, work: impl Future<Output = Result<T, Error>>) ->
     let mut work = std::pin::pin!(work);
     tokio::select! {
         done = &mut work => done,
-        () = call.expired() => {
-            if call.abandon() {
-                Err(Error::DeadlineExceeded)
-            } else {
-                work.await
+        () = call.expired() => match call.abandon() {
+            Abandoned::Nothing => Err(Error::DeadlineExceeded { recorded: crate::error::Recorded::Nothing }),
+            Abandoned::Unknown => Err(Error::DeadlineExceeded { recorded: crate::error::Recorded::Unknown }),
+            Abandoned::CommitInFlight => {
+                let until = call.caller_deadline().unwrap_or_else(Instant::now);
+                tokio::time::timeout_at(until, work).await.unwrap_or(Err(
+                    Error::DeadlineExceeded { recorded: crate::error::Recorded::Unknown },
+                ))
             }
-        }
+        },
     }
 }
 
 #[tonic::async_trait]
 impl Ledger for LedgerService {
-    #[tracing::instrument(name = "rpc", skip_all, fields(method = "OpenAccount",
-        key = Empty, outcome = Empty, error = Empty, replayed = Empty))]
     async fn open_account(
         &self,
         request: Request<pb::OpenAccountRequest>,
     ) -> Result<Response<pb::OpenAccountReply>, Status> {
-        self.keyed("OpenAccount", request, request::open_account)
+        self.keyed(Method::OpenAccount, request, request::open_account)
             .await
     }
 
-    #[tracing::instrument(name = "rpc", skip_all, fields(method = "Credit",
-        account_id = request.get_ref().account_id, key = Empty, outcome = Empty, error = Empty,
-        replayed = Empty))]
     async fn credit(
         &self,
         request: Request<pb::CreditRequest>,
     ) -> Result<Response<pb::CreditReply>, Status> {
-        self.keyed("Credit", request, |r| {
-            request::posting(EntryKind::Credit, r.into())
-        })
-        .await
+        self.keyed(Method::Credit, request, request::credit).await
     }
 
-    #[tracing::instrument(name = "rpc", skip_all, fields(method = "Charge",
-        account_id = request.get_ref().account_id, key = Empty, outcome = Empty, error = Empty,
-        replayed = Empty))]
     async fn charge(
         &self,
         request: Request<pb::ChargeRequest>,
     ) -> Result<Response<pb::ChargeReply>, Status> {
-        self.keyed("Charge", request, |r| {
-            request::posting(EntryKind::Charge, r.into())
-        })
-        .await
+        self.keyed(Method::Charge, request, request::charge).await
     }
 
-    #[tracing::instrument(name = "rpc", skip_all, fields(method = "GetAccount",
-        account_id = request.get_ref().account_id, outcome = Empty, error = Empty))]
+    async fn transfer(
+        &self,
+        request: Request<pb::TransferRequest>,
+    ) -> Result<Response<pb::TransferReply>, Status> {
+        self.keyed(Method::Transfer, request, request::transfer)
+            .await
+    }
+
+    async fn refund(
+        &self,
+        request: Request<pb::RefundRequest>,
+    ) -> Result<Response<pb::RefundReply>, Status> {
+        self.keyed(Method::Refund, request, request::refund).await
+    }
+
+    async fn place_hold(
+        &self,
+        request: Request<pb::PlaceHoldRequest>,
+    ) -> Result<Response<pb::PlaceHoldReply>, Status> {
+        self.keyed(Method::PlaceHold, request, request::place_hold)
+            .await
+    }
+
+    async fn capture_hold(
+        &self,
+        request: Request<pb::CaptureHoldRequest>,
+    ) -> Result<Response<pb::CaptureHoldReply>, Status> {
+        self.keyed(Method::CaptureHold, request, request::capture_hold)
+            .await
+    }
+
+    async fn void_hold(
+        &self,
+        request: Request<pb::VoidHoldRequest>,
+    ) -> Result<Response<pb::VoidHoldReply>, Status> {
+        self.keyed(Method::VoidHold, request, request::void_hold)
+            .await
+    }
+
     async fn get_account(
         &self,
         request: Request<pb::GetAccountRequest>,
     ) -> Result<Response<pb::Account>, Status> {
-        let started = Instant::now();
-        let span = tracing::Span::current();
-        let call = deadline::call_for(&request);
-        let read = async {
-            let id = request::account_id(*request.get_ref())?;
-            answer(&call, self.db.get_account(&call, id)).await
-        }
-        .await;
-        let rendered = read
-            .map(|account| Response::new(outcome::account_message(&account)))
-            .map_err(|e| fail(&span, &e));
-        finish(&span, "GetAccount", started, rendered.as_ref().map(drop));
-        rendered
+        self.read("GetAccount", request, |r, call| async move {
+            let id = request::account_id(r)?;
+            Ok(account_message(&self.db.get_account(&call, id).await?))
+        })
+        .await
+    }
+
+    async fn get_entry(
+        &self,
+        request: Request<pb::GetEntryRequest>,
+    ) -> Result<Response<pb::Entry>, Status> {
+        self.read("GetEntry", request, |r, call| async move {
+            let id = request::entry_id(r)?;
+            Ok(entry_message(&self.db.get_entry(&call, id).await?))
+        })
+        .await
+    }
+
+    async fn list_entries(
+        &self,
+        request: Request<pb::ListEntriesRequest>,
+    ) -> Result<Response<pb::ListEntriesReply>, Status> {
+        self.read("ListEntries", request, |r, call| self.list_entries(r, call))
+            .await
+    }
+
+    async fn get_hold(
+        &self,
+        request: Request<pb::GetHoldRequest>,
+    ) -> Result<Response<pb::Hold>, Status> {
+        self.read("GetHold", request, |r, call| async move {
+            let id = request::hold_id(r)?;
+            let (hold, now) = self.db.get_hold(&call, id).await?;
+            Ok(hold_message(&hold, hold.state_at(now)))
+        })
+        .await
+    }
+
+    async fn lookup_key(
+        &self,
+        request: Request<pb::LookupKeyRequest>,
+    ) -> Result<Response<pb::KeyRecord>, Status> {
+        let client = request.extensions().get::<Client>().cloned();
+        self.read("LookupKey", request, |r, call| async move {
+            let client = client
+                .ok_or_else(|| Error::internal("no client: the authenticator did not run"))?;
+            self.lookup_key(r, call, client).await
+        })
+        .await
     }
 }

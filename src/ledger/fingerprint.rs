@@ -1,44 +1,58 @@
 //! Binds an idempotency key to one request.
 //!
-//! The fingerprint is SHA-256 over a defined encoding of the command's semantic
+//! The fingerprint is SHA-256 over a defined encoding of the request's semantic
 //! fields, never over protobuf bytes (which are not canonical: field order, unknown
-//! fields and default values may vary between clients). Encoding, version 1:
-//! the domain tag, then each field as a 4-byte big-endian length and its bytes, in
-//! this order: method name; then `currency` for OpenAccount, or `account_id` (8 bytes
-//! big-endian), `amount` (8 bytes big-endian, two's complement), `currency`,
-//! `description` (UTF-8) for Credit and Charge. The key itself is not included: it
-//! is the row's primary key.
+//! fields and default values may vary between clients). Encoding, version 1: the
+//! domain tag, then each field as a 4-byte big-endian length and its bytes: first
+//! the method's name, then the operation's fields in the order its
+//! `Operation::fingerprint` gives them (integers as 8 bytes big-endian, two's
+//! complement for signed ones; strings as UTF-8). For Credit and Charge:
+//! `account_id`, `amount`, `currency`, `description`; for OpenAccount: `currency`.
+//! The key itself is not included: it is the row's primary key.
 
 use sha2::{Digest, Sha256};
 
-use super::model::Command;
+use super::ops::Command;
 
 const DOMAIN_TAG: &[u8] = b"ledger.v1/request-fingerprint/1";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Fingerprint([u8; 32]);
 
+/// The fields of one request, fed to the hash in order.
+#[derive(Debug)]
+pub struct Fields(Sha256);
+
+impl Fields {
+    fn field(&mut self, bytes: &[u8]) {
+        // Fields are bounded far below 4 GiB by validation.
+        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        self.0.update(len.to_be_bytes());
+        self.0.update(bytes);
+    }
+
+    pub fn u64(&mut self, value: u64) {
+        self.field(&value.to_be_bytes());
+    }
+
+    pub fn i64(&mut self, value: i64) {
+        self.field(&value.to_be_bytes());
+    }
+
+    pub fn str(&mut self, value: &str) {
+        self.field(value.as_bytes());
+    }
+}
+
 impl Fingerprint {
     pub fn of(command: &Command) -> Self {
         let mut hasher = Sha256::new();
         hasher.update(DOMAIN_TAG);
-        let mut field = |bytes: &[u8]| {
-            // Fields are bounded far below 4 GiB by validation.
-            let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-            hasher.update(len.to_be_bytes());
-            hasher.update(bytes);
-        };
-        field(command.method().name().as_bytes());
-        match command {
-            Command::OpenAccount { currency } => field(currency.as_str().as_bytes()),
-            Command::Post { posting, .. } => {
-                field(&posting.account_id.get().to_be_bytes());
-                field(&posting.amount.get().to_be_bytes());
-                field(posting.currency.as_str().as_bytes());
-                field(posting.description.as_str().as_bytes());
-            }
-        }
-        Self(hasher.finalize().into())
+        let mut fields = Fields(hasher);
+        let operation = command.operation();
+        fields.str(operation.method().name());
+        operation.fingerprint(&mut fields);
+        Self(fields.0.finalize().into())
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
@@ -68,19 +82,20 @@ impl std::fmt::Debug for Fingerprint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::model::{EntryKind, Posting};
+    use crate::ledger::ops::{AccountAmount, Charge, Credit};
     use crate::ledger::values::{AccountId, Amount, Currency, Description};
 
-    fn charge(account: u64, amount: i64, currency: &str, description: &str) -> Command {
-        Command::Post {
-            kind: EntryKind::Charge,
-            posting: Posting {
-                account_id: AccountId::parse("a", account).unwrap(),
-                amount: Amount::parse("a", amount).unwrap(),
-                currency: Currency::parse("c", currency).unwrap(),
-                description: Description::parse("d", description.into()).unwrap(),
-            },
+    fn fields(account: u64, amount: i64, currency: &str, description: &str) -> AccountAmount {
+        AccountAmount {
+            account_id: AccountId::parse("a", account).unwrap(),
+            amount: Amount::parse("a", amount).unwrap(),
+            currency: Currency::parse("c", currency).unwrap(),
+            description: Description::parse("d", description.into()).unwrap(),
         }
+    }
+
+    fn charge(account: u64, amount: i64, currency: &str, description: &str) -> Command {
+        Command::Charge(Charge(fields(account, amount, currency, description)))
     }
 
     #[test]
@@ -99,13 +114,7 @@ mod tests {
 
     #[test]
     fn the_method_is_part_of_the_fingerprint() {
-        let Command::Post { posting, .. } = charge(1, 30, "USD", "") else {
-            unreachable!()
-        };
-        let credit = Command::Post {
-            kind: EntryKind::Credit,
-            posting,
-        };
+        let credit = Command::Credit(Credit(fields(1, 30, "USD", "")));
         assert_ne!(
             Fingerprint::of(&charge(1, 30, "USD", "")),
             Fingerprint::of(&credit)

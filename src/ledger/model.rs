@@ -1,27 +1,33 @@
-//! The ledger's nouns: accounts, journal entries, the commands that change them and
-//! the declines that refuse them.
+//! The ledger's nouns: the keyed methods, accounts, journal entries and holds.
+//!
+//! Every code that is stored (a method, an entry kind, a hold state) is the
+//! discriminant of its enum here, and reaches SQL only through these enums.
 
 use chrono::{DateTime, Utc};
 
-use super::values::{AccountId, Amount, Currency, Description, IdempotencyKey};
+use super::values::{AccountId, Amount, Currency, Description, EntryId, HoldId, IdempotencyKey};
 
 /// The keyed RPCs. The discriminant is stored with each key row, so a key used for
 /// one method can never replay as another.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::FromRepr, strum::EnumIter, strum::IntoStaticStr,
+)]
 #[repr(u8)]
 pub enum Method {
     OpenAccount = 1,
     Credit = 2,
     Charge = 3,
+    Transfer = 4,
+    Refund = 5,
+    PlaceHold = 6,
+    CaptureHold = 7,
+    VoidHold = 8,
 }
 
 impl Method {
+    /// The RPC's name in the `ledger.v1.Ledger` service.
     pub fn name(self) -> &'static str {
-        match self {
-            Self::OpenAccount => "OpenAccount",
-            Self::Credit => "Credit",
-            Self::Charge => "Charge",
-        }
+        self.into()
     }
 
     pub fn code(self) -> u8 {
@@ -29,61 +35,95 @@ impl Method {
     }
 
     pub fn from_code(code: u8) -> Option<Self> {
-        [Self::OpenAccount, Self::Credit, Self::Charge]
-            .into_iter()
-            .find(|m| m.code() == code)
+        Self::from_repr(code)
+    }
+
+    /// The entries a successful call writes to the journal, in leg order.
+    pub fn entry_kinds(self) -> &'static [EntryKind] {
+        match self {
+            Self::OpenAccount | Self::PlaceHold | Self::VoidHold => &[],
+            Self::Credit => &[EntryKind::Credit],
+            Self::Charge => &[EntryKind::Charge],
+            Self::Transfer => &[EntryKind::TransferOut, EntryKind::TransferIn],
+            Self::Refund => &[EntryKind::Refund],
+            Self::CaptureHold => &[EntryKind::Capture],
+        }
     }
 }
 
-/// The direction of a journal entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The kind of a journal entry, and the direction it moves money.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::FromRepr, strum::EnumIter)]
 #[repr(u8)]
 pub enum EntryKind {
     Charge = 1,
     Credit = 2,
+    TransferOut = 3,
+    TransferIn = 4,
+    Refund = 5,
+    Capture = 6,
 }
 
 impl EntryKind {
-    pub fn method(self) -> Method {
-        match self {
-            Self::Charge => Method::Charge,
-            Self::Credit => Method::Credit,
-        }
-    }
-
     pub fn code(self) -> u8 {
         self as u8
     }
 
     pub fn from_code(code: u8) -> Option<Self> {
-        [Self::Charge, Self::Credit]
-            .into_iter()
-            .find(|k| k.code() == code)
+        Self::from_repr(code)
+    }
+
+    /// Whether the entry takes money from its account (else it adds).
+    pub fn takes(self) -> bool {
+        matches!(self, Self::Charge | Self::TransferOut | Self::Capture)
+    }
+
+    /// The entry's effect on its account's balance.
+    pub fn signed(self, amount: i64) -> i64 {
+        if self.takes() { -amount } else { amount }
+    }
+
+    /// Whether money leaves or enters the ledger as a whole (transfers move it
+    /// between accounts).
+    pub fn crosses_the_ledger(self) -> bool {
+        !matches!(self, Self::TransferOut | Self::TransferIn)
+    }
+
+    /// Entries a Refund may refer to.
+    pub fn refundable(self) -> bool {
+        matches!(self, Self::Charge | Self::Capture)
     }
 }
 
-/// What a Credit or a Charge asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Posting {
-    pub account_id: AccountId,
-    pub amount: Amount,
-    pub currency: Currency,
-    pub description: Description,
+/// Where a hold is in its life. `Expired` is never the state of a row that could
+/// still be captured: a hold whose `expires_at` has passed is expired from that
+/// instant, whatever its stored state says (see [`Hold::state_at`]).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::FromRepr, strum::EnumIter, strum::IntoStaticStr,
+)]
+#[repr(u8)]
+pub enum HoldState {
+    #[strum(serialize = "HOLD_STATE_HELD")]
+    Held = 1,
+    #[strum(serialize = "HOLD_STATE_CAPTURED")]
+    Captured = 2,
+    #[strum(serialize = "HOLD_STATE_VOIDED")]
+    Voided = 3,
+    #[strum(serialize = "HOLD_STATE_EXPIRED")]
+    Expired = 4,
 }
 
-/// A validated keyed request: the semantic fields a key is bound to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
-    OpenAccount { currency: Currency },
-    Post { kind: EntryKind, posting: Posting },
-}
+impl HoldState {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
 
-impl Command {
-    pub fn method(&self) -> Method {
-        match self {
-            Self::OpenAccount { .. } => Method::OpenAccount,
-            Self::Post { kind, .. } => kind.method(),
-        }
+    pub fn from_code(code: u8) -> Option<Self> {
+        Self::from_repr(code)
+    }
+
+    /// The wire name, e.g. `HOLD_STATE_CAPTURED`.
+    pub fn name(self) -> &'static str {
+        self.into()
     }
 }
 
@@ -92,13 +132,22 @@ pub struct Account {
     pub id: AccountId,
     pub currency: Currency,
     pub balance: i64,
+    /// The sum of the account's active holds.
+    pub held: i64,
     pub created_at: DateTime<Utc>,
+}
+
+impl Account {
+    /// What a debit may take: the balance less what active holds have reserved.
+    pub fn available(&self) -> i64 {
+        self.balance - self.held
+    }
 }
 
 /// One row of the append-only journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
-    pub id: u64,
+    pub id: EntryId,
     pub account_id: AccountId,
     pub kind: EntryKind,
     pub amount: Amount,
@@ -107,28 +156,75 @@ pub struct Entry {
     pub idempotency_key: IdempotencyKey,
     pub description: Description,
     pub created_at: DateTime<Utc>,
+    /// Transfers: the other account.
+    pub counterparty: Option<AccountId>,
+    /// Refunds: the entry refunded.
+    pub refunded_entry: Option<EntryId>,
+    /// Captures: the hold captured.
+    pub hold: Option<HoldId>,
 }
 
-/// A business refusal decided inside the transaction. Declines are final for their
-/// key: they are stored and replayed like successes.
+/// Money reserved on an account until it is captured, voided, or expires.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decline {
-    AccountNotFound {
-        account_id: AccountId,
-    },
-    CurrencyMismatch {
-        account_id: AccountId,
-        account_currency: Currency,
-        requested: Currency,
-    },
-    InsufficientFunds {
-        account_id: AccountId,
-        balance: i64,
-        amount: Amount,
-    },
-    BalanceOverflow {
-        account_id: AccountId,
-        balance: i64,
-        amount: Amount,
-    },
+pub struct Hold {
+    pub id: HoldId,
+    pub account_id: AccountId,
+    pub amount: Amount,
+    pub currency: Currency,
+    /// As stored; [`Hold::state_at`] is the state at a given instant.
+    pub state: HoldState,
+    /// What a capture took; 0 unless captured.
+    pub captured_amount: i64,
+    pub description: Description,
+    pub idempotency_key: IdempotencyKey,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+impl Hold {
+    /// The state at `now`: a held hold is expired from the instant `expires_at`
+    /// passes, before anything has marked it so.
+    pub fn state_at(&self, now: DateTime<Utc>) -> HoldState {
+        match self.state {
+            HoldState::Held if now >= self.expires_at => HoldState::Expired,
+            state => state,
+        }
+    }
+
+    /// Whether the hold reserves its amount at `now`.
+    pub fn reserves_at(&self, now: DateTime<Utc>) -> bool {
+        self.state_at(now) == HoldState::Held
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strum::IntoEnumIterator as _;
+
+    #[test]
+    fn stored_codes_round_trip() {
+        for m in Method::iter() {
+            assert_eq!(Method::from_code(m.code()), Some(m));
+        }
+        for k in EntryKind::iter() {
+            assert_eq!(EntryKind::from_code(k.code()), Some(k));
+        }
+        for s in HoldState::iter() {
+            assert_eq!(HoldState::from_code(s.code()), Some(s));
+        }
+        assert_eq!(Method::from_code(0), None);
+        assert_eq!(Method::CaptureHold.name(), "CaptureHold");
+        assert_eq!(HoldState::Captured.name(), "HOLD_STATE_CAPTURED");
+    }
+
+    #[test]
+    fn transfers_net_to_zero_and_only_charges_and_captures_are_refundable() {
+        assert_eq!(
+            EntryKind::TransferOut.signed(5) + EntryKind::TransferIn.signed(5),
+            0
+        );
+        let refundable: Vec<_> = EntryKind::iter().filter(|k| k.refundable()).collect();
+        assert_eq!(refundable, [EntryKind::Charge, EntryKind::Capture]);
+    }
 }

@@ -1,7 +1,21 @@
 //! What an idempotency key remembers: the final outcome of its request, encoded
 //! once and replayed byte for byte.
 
-use super::model::{Account, Decline, Entry};
+use super::decline::Decline;
+use super::model::{Account, Entry, Hold};
+
+/// A successful operation's answer, before it is encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    OpenAccount(Account),
+    Credit(Entry),
+    Charge(Entry),
+    Transfer { debit: Entry, credit: Entry },
+    Refund(Entry),
+    PlaceHold(Hold),
+    CaptureHold { hold: Hold, entry: Entry },
+    VoidHold(Hold),
+}
 
 /// An encoded final outcome as stored in the key's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +37,6 @@ pub struct KeyedOutcome {
 /// depends on the wire format, and the original answer and every replay are
 /// rendered from the same stored bytes.
 pub trait OutcomeEncoder: Send + Sync + std::fmt::Debug {
-    fn account_opened(&self, account: &Account) -> StoredOutcome;
-    fn posted(&self, entry: &Entry) -> StoredOutcome;
+    fn reply(&self, reply: &Reply) -> StoredOutcome;
     fn declined(&self, decline: &Decline) -> StoredOutcome;
 }

@@ -20,31 +20,52 @@ impl FieldViolation {
     }
 }
 
-/// An account's id: ids start at 1, so 0 is never valid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct AccountId(NonZeroU64);
+/// Declares an id newtype: ids start at 1, so 0 is never valid.
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(NonZeroU64);
 
-impl AccountId {
-    pub fn parse(field: &'static str, raw: u64) -> Result<Self, FieldViolation> {
-        NonZeroU64::new(raw)
-            .map(Self)
-            .ok_or_else(|| FieldViolation::new(field, "must be a positive account id"))
-    }
+        impl $name {
+            pub fn parse(field: &'static str, raw: u64) -> Result<Self, FieldViolation> {
+                NonZeroU64::new(raw)
+                    .map(Self)
+                    .ok_or_else(|| FieldViolation::new(field, concat!("must be a positive ", $what)))
+            }
 
-    pub fn new(raw: NonZeroU64) -> Self {
-        Self(raw)
-    }
+            pub fn new(raw: NonZeroU64) -> Self {
+                Self(raw)
+            }
 
-    pub fn get(self) -> u64 {
-        self.0.get()
-    }
+            pub fn get(self) -> u64 {
+                self.0.get()
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
 }
 
-impl fmt::Display for AccountId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
+id_type!(
+    /// An account's id.
+    AccountId,
+    "account id"
+);
+id_type!(
+    /// A journal entry's id.
+    EntryId,
+    "entry id"
+);
+id_type!(
+    /// A hold's id.
+    HoldId,
+    "hold id"
+);
 
 /// A positive amount of money in minor units (cents). Never a float.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +142,35 @@ impl Description {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// How long a hold reserves its money: from one second to thirty days.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ttl(std::time::Duration);
+
+impl Ttl {
+    pub const MIN: std::time::Duration = std::time::Duration::from_secs(1);
+    pub const MAX: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+    /// From a protobuf `Duration`'s seconds and nanos; a missing one is 0.
+    pub fn parse(field: &'static str, seconds: i64, nanos: i32) -> Result<Self, FieldViolation> {
+        let out_of_range = || FieldViolation::new(field, "must be from 1s to 30 days (2592000s)");
+        let seconds = u64::try_from(seconds).map_err(|_| out_of_range())?;
+        let nanos = u32::try_from(nanos).map_err(|_| out_of_range())?;
+        if nanos >= 1_000_000_000 {
+            return Err(out_of_range());
+        }
+        let ttl = std::time::Duration::new(seconds, nanos);
+        if (Self::MIN..=Self::MAX).contains(&ttl) {
+            Ok(Self(ttl))
+        } else {
+            Err(out_of_range())
+        }
+    }
+
+    pub fn get(self) -> std::time::Duration {
+        self.0
     }
 }
 

@@ -2,16 +2,48 @@
 
 use mysql_async::prelude::Queryable as _;
 
-use crate::helpers::{TestApp, TestDb, charge, run_ledger};
+use crate::support::{
+    TestApp, TestDb, capture, charge, place_hold, refund, run_ledger, transfer, void,
+};
 
-/// A ledger with accounts, credits, charges, a decline and a replay.
+/// A ledger with every kind of entry and hold: credits, charges, a decline and a
+/// replay, a transfer, a refund, a captured hold, a voided one and one still held.
 async fn busy_ledger(db: &TestDb) -> u64 {
     let app = TestApp::spawn(db).await;
     let account = app.funded_account("USD", 100).await;
+    let other = app.funded_account("USD", 0).await;
     let mut client = app.client().await;
     for (key, amount) in [("a", 10), ("b", 20), ("a", 10), ("too-much", 1000)] {
         let _ = client.charge(charge(key, account, amount)).await;
     }
+    client
+        .transfer(transfer("t", account, other, 5))
+        .await
+        .unwrap();
+    let charged = client.charge(charge("c", account, 8)).await.unwrap();
+    let entry = charged.into_inner().entry.unwrap().entry_id;
+    client.refund(refund("r", entry, 3)).await.unwrap();
+    let minute = std::time::Duration::from_secs(60);
+    for key in ["h", "h2", "h3"] {
+        client
+            .place_hold(place_hold(key, account, 4, minute))
+            .await
+            .unwrap();
+    }
+    let hold_of = |key: &'static str| async move {
+        db.count(&format!(
+            "SELECT hold_id FROM holds WHERE idempotency_key = '{key}'"
+        ))
+        .await
+    };
+    client
+        .capture_hold(capture("cap", hold_of("h").await, 3))
+        .await
+        .unwrap();
+    client
+        .void_hold(void("v", hold_of("h2").await))
+        .await
+        .unwrap();
     account
 }
 
@@ -28,56 +60,82 @@ async fn a_healthy_ledger_passes_and_the_command_says_so() {
     busy_ledger(&db).await;
     let report = ledger::audit::audit(&db.url).await.unwrap();
     assert!(report.passed(), "{report}");
+    let sizes = report.sizes;
     assert_eq!(
-        (
-            report.sizes.accounts,
-            report.sizes.entries,
-            report.sizes.keys
-        ),
-        (1, 3, 5)
+        (sizes.accounts, sizes.entries, sizes.holds, sizes.keys),
+        // Entries: a fund, a, b, two legs of t, c, r, the capture.
+        (2, 8, 3, 14)
     );
     let (code, _) = run_ledger(&["audit", "--database-url", &db.url]).await;
     assert_eq!(code, Some(0));
 }
 
+const BALANCE: &str = "balance equals the journal";
+const COUNTS: &str = "each account counts its entries, numbered 1, 2, 3, ...";
+const CHAIN: &str = "each entry's balance follows the one before";
+const KINDS: &str = "every entry is of a known kind";
+const ENTRY_KEY: &str = "every entry has its key";
+const OUTCOME: &str = "every key has an outcome";
+const METHOD_ENTRIES: &str =
+    "a successful call has exactly its method's entries, and nothing else has any";
+const TRANSFER: &str = "each transfer's two entries match";
+const REFUNDS: &str = "refunds never exceed their entry, and each entry counts its refunds";
+const CURRENCY: &str = "per currency, balances equal credits and refunds less charges and captures; transfers net to zero";
+const HELD: &str = "held equals the sum of held holds";
+const CAPTURE: &str = "a captured hold has one capture entry of what it took, within its amount; no other hold has any";
+const STORED: &str = "every stored outcome decodes and matches what its key wrote";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_damage_is_named() {
-    let cases: [(&str, &[&str]); 7] = [
+    let cases: [(&str, &[&str]); 12] = [
         (
             "UPDATE accounts SET entry_count = entry_count + 1",
-            &["each account counts its entries, numbered 1, 2, 3, ..."],
+            &[COUNTS],
         ),
         (
-            "UPDATE accounts SET balance = balance + 1",
-            &["balance equals the journal"],
+            "UPDATE accounts SET balance = balance + 1 WHERE entry_count > 1",
+            &[BALANCE, CURRENCY],
         ),
         (
             "UPDATE entries SET balance_after = balance_after + 5 WHERE idempotency_key = 'a'",
-            &[
-                "each entry's balance follows the one before",
-                "every stored outcome decodes and matches its entry",
-            ],
+            &[CHAIN, STORED],
         ),
         (
             "DELETE FROM entries WHERE idempotency_key = 'b'",
-            &[
-                "balance equals the journal",
-                "each account counts its entries, numbered 1, 2, 3, ...",
-                "a successful Credit or Charge has exactly one entry of its kind, nothing else has any",
-                "every stored outcome decodes and matches its entry",
-            ],
+            &[BALANCE, COUNTS, CHAIN, METHOD_ENTRIES, CURRENCY, STORED],
         ),
         (
             "DELETE FROM idempotency_keys WHERE idempotency_key = 'a'",
-            &["every entry has its key"],
+            &[ENTRY_KEY],
         ),
         (
             "UPDATE idempotency_keys SET outcome = x'0a05ffff' WHERE idempotency_key = 'too-much'",
-            &["every stored outcome decodes and matches its entry"],
+            &[STORED],
         ),
         (
             "UPDATE idempotency_keys SET outcome = NULL WHERE idempotency_key = 'b'",
-            &["every key has an outcome"],
+            &[OUTCOME],
+        ),
+        (
+            "UPDATE entries SET counterparty_account_id = account_id \
+             WHERE idempotency_key = 't' AND leg = 0",
+            &[TRANSFER],
+        ),
+        (
+            "UPDATE entries SET refunded = refunded + 1 WHERE idempotency_key = 'c'",
+            &[REFUNDS],
+        ),
+        (
+            "UPDATE accounts SET held = held + 1 WHERE held > 0",
+            &[HELD],
+        ),
+        (
+            "UPDATE holds SET captured_amount = captured_amount - 1 WHERE idempotency_key = 'h'",
+            &[CAPTURE],
+        ),
+        (
+            "UPDATE entries SET kind = 200 WHERE idempotency_key = 'a'",
+            &[BALANCE, CHAIN, KINDS, METHOD_ENTRIES, CURRENCY, STORED],
         ),
     ];
     for (damage, expected) in cases {
@@ -115,5 +173,8 @@ async fn a_negative_balance_is_named() {
     .await
     .unwrap();
     let failed = checks_failed(&db).await;
-    assert!(failed.contains(&"no negative balance"), "{failed:?}");
+    assert!(
+        failed.contains(&"no negative balance or held amount"),
+        "{failed:?}"
+    );
 }

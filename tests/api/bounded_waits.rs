@@ -7,7 +7,7 @@ use mysql_async::prelude::Queryable as _;
 use tonic::Code;
 use tonic_types::StatusExt as _;
 
-use crate::helpers::{Config, HeldCharge, TestApp, TestDb, charge, replayed};
+use crate::support::{Config, HeldCharge, TestApp, TestDb, charge, replayed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_duplicate_parked_past_the_lock_wait_is_told_to_retry() {

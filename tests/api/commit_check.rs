@@ -11,7 +11,7 @@ use ledger::proto::pb;
 use mysql_async::prelude::Queryable;
 use tonic::Code;
 
-use crate::helpers::{Config, TestApp, TestDb, charge, replayed};
+use crate::support::{Config, TestApp, TestDb, charge, replayed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_check_raises_a_conflict_unless_the_reply_committed() {
@@ -42,7 +42,7 @@ async fn the_check_raises_a_conflict_unless_the_reply_committed() {
 async fn guarded_batches_commit_every_kind_of_outcome() {
     let db = TestDb::new();
     let config = Config {
-        multi_primary: MultiPrimary::On,
+        multi_primary: Some(MultiPrimary::On),
         ..Config::default()
     };
     let app = TestApp::spawn_with(&db, config).await;
@@ -106,7 +106,7 @@ async fn only_multi_primary_batches_are_checked() {
     for (multi_primary, checks) in [(MultiPrimary::Auto, 0), (MultiPrimary::On, 3)] {
         let db = TestDb::new();
         let config = Config {
-            multi_primary,
+            multi_primary: Some(multi_primary),
             ..Config::default()
         };
         let app = TestApp::spawn_with(&db, config).await;

@@ -5,7 +5,7 @@ use ledger::proto::pb;
 use tonic::Code;
 use tonic_types::StatusExt as _;
 
-use crate::helpers::{TestApp, TestDb, charge, replayed};
+use crate::support::{TestApp, TestDb, charge, replayed};
 
 fn reason(status: &tonic::Status) -> String {
     status.get_details_error_info().expect("ErrorInfo").reason

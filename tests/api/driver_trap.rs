@@ -8,7 +8,7 @@ use diesel_async::{
 use ledger::db::pool;
 use ledger::db::self_check::{SelfCheckError, verify_affected_rows};
 
-use crate::helpers::{TestApp, TestDb};
+use crate::support::{TestApp, TestDb};
 
 /// Affected rows of a new and then a duplicate probe, in a temporary table.
 async fn probe_twice(conn: &mut AsyncMysqlConnection) -> (usize, usize) {
@@ -71,7 +71,7 @@ async fn the_service_connections_report_affected_rows() {
             size: 1,
             checkout_timeout: std::time::Duration::from_secs(5),
         },
-        std::time::Duration::from_secs(5),
+        pool::Role::Keyed { lock_wait_secs: 5 },
         &pool::Session::default(),
     );
     let mut pooled = pool.get().await.unwrap();

@@ -6,7 +6,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Duration;
 use tonic::metadata::MetadataMap;
 
-use crate::helpers::{Config, Gate, TestApp, TestDb, charge, raw_call, replayed};
+use crate::support::{Config, Gate, TestApp, TestDb, charge, raw_call, replayed};
 
 type Answer = JoinHandle<Result<(MetadataMap, Bytes), tonic::Status>>;
 

@@ -10,7 +10,7 @@ use rand::{RngExt as _, SeedableRng as _};
 use tokio::time::Instant;
 use tonic::Code;
 
-use crate::helpers::{Config, HeldCharge, TestApp, TestDb, charge, replayed, with_deadline};
+use crate::support::{Config, HeldCharge, TestApp, TestDb, charge, replayed, with_deadline};
 
 /// A duplicate behind an original that holds its transaction for 10 s, called with
 /// a 1 s deadline, is answered within about 2 s and leaves no trace; the original

@@ -10,7 +10,7 @@ use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 use tonic::Code;
 use tonic_types::StatusExt as _;
 
-use crate::helpers::{TestApp, TestDb, raw_call};
+use crate::support::{TestApp, TestDb, raw_call};
 
 /// The codes the contract documents for a request's own faults and outcomes.
 const DOCUMENTED: &[Code] = &[

@@ -2,8 +2,6 @@
 //! default `mysql://root@127.0.0.1:3306`). Each test gets its own database and its
 //! own service instances on random ports.
 
-// helpers.rs is shared with the other test binaries, each of which uses a part.
-#![allow(unreachable_pub, missing_debug_implementations, dead_code)]
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -11,7 +9,8 @@
     clippy::indexing_slicing
 )]
 
-mod helpers;
+#[path = "../support/mod.rs"]
+mod support;
 
 mod audit;
 mod bounded_waits;
@@ -20,10 +19,15 @@ mod declines;
 mod driver_trap;
 mod exactly_once;
 mod faults;
+mod holds;
 mod hostile;
+mod journal;
+mod lookup;
 mod operations;
 mod outage;
 mod process;
 mod races;
+mod refunds;
 mod teardown;
+mod transfers;
 mod validation;

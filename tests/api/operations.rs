@@ -11,7 +11,7 @@ use tonic_reflection::pb::v1 as reflection_v1;
 use tonic_reflection::pb::v1alpha as reflection_v1alpha;
 use tonic_types::StatusExt as _;
 
-use crate::helpers::{Config, TestApp, TestDb, charge, replayed};
+use crate::support::{Config, TestApp, TestDb, charge, replayed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflection_lists_every_service_in_both_versions() {
@@ -248,7 +248,7 @@ async fn oversized_requests_are_refused_before_any_work() {
     let app = TestApp::spawn_with(
         &db,
         Config {
-            max_message_bytes: 4096,
+            max_message_bytes: Some(4096),
             ..Config::default()
         },
     )

@@ -17,7 +17,7 @@ use tonic_types::StatusExt as _;
 
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::helpers::{
+use crate::support::{
     Config, TestApp, TestDb, assert_each_key_charged_once, charge, replayed, run_ledger,
     until_health, with_deadline,
 };

@@ -9,7 +9,7 @@ use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::Signal;
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::helpers::{LedgerProcess, TestApp, TestDb, charge, open_funded, run_ledger};
+use crate::support::{LedgerProcess, TestApp, TestDb, charge, open_funded, run_ledger};
 
 /// Polls until nothing accepts connections on `addr`; fails after 30 s.
 async fn until_refused(addr: std::net::SocketAddr) {
@@ -146,7 +146,7 @@ async fn the_first_database_url_that_answers_is_used() {
     let db = TestDb::new();
     let dead = format!("mysql://root@127.0.0.1:1/{}", db.name);
     let urls = format!("{dead},{}", db.url);
-    let addr = format!("127.0.0.1:{}", crate::helpers::free_port())
+    let addr = format!("127.0.0.1:{}", crate::support::free_port())
         .parse()
         .unwrap();
     let server = LedgerProcess::serve_urls(&urls, addr, &[]).await;

@@ -6,7 +6,7 @@ use ledger::proto::pb;
 use tokio::sync::Barrier;
 use tokio::time::Duration;
 
-use crate::helpers::{Config, Gate, TestApp, TestDb, charge, raw_call, replayed};
+use crate::support::{Config, Gate, TestApp, TestDb, charge, raw_call, replayed};
 
 /// Pools sized so the 64-call storm has a connection for every call (the 63
 /// parked duplicates and the held original) while two storm tests running side

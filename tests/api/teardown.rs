@@ -2,7 +2,7 @@
 //! private database server is up. CI runs it (`--ignored`) and then asserts on
 //! the process list that no server outlived the failed run.
 
-use crate::helpers::{TestApp, TestDb};
+use crate::support::{TestApp, TestDb};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "fails on purpose; CI runs it to prove a failing run leaves no database server"]

@@ -5,7 +5,7 @@ use ledger::proto::pb;
 use tonic::Code;
 use tonic_types::StatusExt as _;
 
-use crate::helpers::{TestApp, TestDb, charge};
+use crate::support::{TestApp, TestDb, charge};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn invalid_fields_are_named_and_leave_no_trace() {

@@ -16,7 +16,7 @@ use rand::{RngExt as _, SeedableRng as _};
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::helpers::{self, TestDb};
+use crate::support::{self, TestDb};
 
 pub const ACCOUNTS: u64 = 8;
 pub const OPENING_BALANCE: i64 = 20_000;
@@ -92,7 +92,7 @@ pub async fn open_accounts(channel: &Channel) -> Vec<u64> {
     let mut client = LedgerClient::new(channel.clone());
     let mut ids = Vec::new();
     for n in 1..=ACCOUNTS {
-        let id = helpers::open_funded(&mut client, &n.to_string(), "USD", OPENING_BALANCE).await;
+        let id = support::open_funded(&mut client, &n.to_string(), "USD", OPENING_BALANCE).await;
         ids.push(id);
     }
     ids
@@ -179,7 +179,7 @@ async fn settle(
                 .await
                 .map(|r| r.into_inner().entry)
         } else {
-            let mut request = tonic::Request::new(helpers::charge(&key, account, amount));
+            let mut request = tonic::Request::new(support::charge(&key, account, amount));
             request.set_timeout(CALL_DEADLINE);
             LedgerClient::new(channel.clone())
                 .charge(request)

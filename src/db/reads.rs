@@ -1,0 +1,131 @@
+//! The reads: plain (autocommit) statements on the read pool, bounded like every
+//! round trip, and the key look-up, which waits for an operation in flight like a
+//! duplicate does and so runs on the keyed pool.
+
+use std::time::Duration;
+
+use diesel::QueryableByName;
+use diesel::mysql::Mysql;
+use diesel_async::RunQueryDsl as _;
+
+use super::failure::{AttemptError, Step, StepError, classify};
+use super::idempotency::{self, KeyRow};
+use super::keyed::{LockWait, checkout};
+use super::pool::{self, Conn};
+use super::sql::Sql;
+use super::tx::{ANSWER_MARGIN, Tx};
+use super::{Persistence, accounts, entries, holds};
+use crate::call::Call;
+use crate::error::{Error, Recorded};
+use crate::ledger::{Account, AccountId, Entry, EntryId, Hold, HoldId, ScopedKey};
+
+/// The longest a plain read may go unanswered: it takes no locks.
+const READ_BOUND: Duration = ANSWER_MARGIN;
+
+/// Runs a read on a read-pool connection.
+pub(crate) async fn load<U>(conn: &mut Conn, sql: Sql<'_>) -> Result<Vec<U>, Error>
+where
+    U: QueryableByName<Mysql> + Send + 'static,
+{
+    match tokio::time::timeout(READ_BOUND, sql.load::<U>(conn)).await {
+        Ok(Ok(rows)) => Ok(rows),
+        Ok(Err(source)) => {
+            let failure = StepError {
+                step: Step::Read,
+                source,
+            };
+            Err(classify(conn, failure, READ_BOUND)
+                .await
+                .into_error(1, Recorded::Nothing))
+        }
+        Err(_) => {
+            pool::discard(conn);
+            Err(Error::unavailable(format!(
+                "the database did not answer a read within {READ_BOUND:?}"
+            )))
+        }
+    }
+}
+
+/// A page of an account's journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// Each entry with its place in the account's journal.
+    pub entries: Vec<(u64, Entry)>,
+    /// Whether entries follow the last one.
+    pub more: bool,
+}
+
+impl Persistence {
+    async fn read_conn(&self, call: &Call) -> Result<super::pool::Pooled<'_>, Error> {
+        checkout(&self.inner.reads, call)
+            .await
+            .map_err(|e| e.into_error(1, Recorded::Nothing))
+    }
+
+    /// Reads an account, with the sum of its active holds.
+    pub async fn get_account(&self, call: &Call, id: AccountId) -> Result<Account, Error> {
+        let mut conn = self.read_conn(call).await?;
+        accounts::find(&mut conn, id)
+            .await?
+            .ok_or(Error::AccountNotFound(id.get()))
+    }
+
+    pub async fn get_entry(&self, call: &Call, id: EntryId) -> Result<Entry, Error> {
+        let mut conn = self.read_conn(call).await?;
+        entries::find(&mut conn, id)
+            .await?
+            .ok_or(Error::EntryNotFound(id.get()))
+    }
+
+    /// A hold, with the database's clock at the read (its state at that instant is
+    /// `Hold::state_at`).
+    pub async fn get_hold(
+        &self,
+        call: &Call,
+        id: HoldId,
+    ) -> Result<(Hold, chrono::DateTime<chrono::Utc>), Error> {
+        let mut conn = self.read_conn(call).await?;
+        holds::find(&mut conn, id)
+            .await?
+            .ok_or(Error::HoldNotFound(id.get()))
+    }
+
+    /// Up to `size` entries of the account after its entry numbered `after`. An
+    /// unknown account is `AccountNotFound`.
+    pub async fn list_entries(
+        &self,
+        call: &Call,
+        account: AccountId,
+        after: u64,
+        size: u32,
+    ) -> Result<Page, Error> {
+        let mut conn = self.read_conn(call).await?;
+        let mut entries = entries::page(&mut conn, account, after, size.saturating_add(1)).await?;
+        if entries.is_empty() && accounts::find(&mut conn, account).await?.is_none() {
+            return Err(Error::AccountNotFound(account.get()));
+        }
+        let more = entries.len() > usize::try_from(size).unwrap_or(usize::MAX);
+        entries.truncate(usize::try_from(size).unwrap_or(usize::MAX));
+        Ok(Page { entries, more })
+    }
+
+    /// SPEC 3.7: the key's row in the caller's namespace, waiting (within the
+    /// lock-wait bound and the deadline) for an operation still in flight under it.
+    /// Executes nothing. `None`: nothing had committed under the key.
+    pub async fn look_up_key(&self, call: &Call, key: &ScopedKey) -> Result<Option<KeyRow>, Error> {
+        let pool = &self.inner.pool;
+        let fail = |e: AttemptError| e.into_error(1, Recorded::Nothing);
+        let mut conn = checkout(pool, call).await.map_err(fail)?;
+        let lock_wait = LockWait::lower(&mut conn, pool, call, self.inner.limits.lock_wait)
+            .await
+            .map_err(fail)?;
+        let mut tx = Tx::new(&mut conn, pool, lock_wait.duration());
+        let row = match idempotency::look_up(&mut tx, key).await {
+            Ok(row) => tx.finish().await.map(|()| row),
+            Err(failure) => Err(tx.fail(failure).await),
+        };
+        lock_wait.restore(&mut conn, pool).await;
+        row.map_err(fail)
+    }
+}

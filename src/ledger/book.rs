@@ -1,0 +1,581 @@
+//! The rows a transaction holds locked, as its decisions see them, and what the
+//! decisions change.
+//!
+//! The executor locks every row the calls of a transaction name, loads them into a
+//! [`Book`], and lets each call's operation decide against it in turn: a call sees
+//! the changes of the calls decided before it in the same transaction. A call that
+//! is refused leaves the book as it found it ([`Book::finish_call`]). What is left
+//! at the end ([`Book::into_changes`]) is what the transaction writes.
+//!
+//! New rows take their ids from [`NewIds`], reserved by the executor before the
+//! decisions, so a reply can name them before anything is written.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use chrono::{DateTime, Utc};
+
+use super::decline::{Decline, Refusal};
+use super::model::{Account, Entry, EntryKind, Hold, HoldState};
+use super::values::{
+    AccountId, Amount, Currency, Description, EntryId, HoldId, IdempotencyKey, Ttl,
+};
+
+/// An account row as locked: the account (with its active holds in `held`), and
+/// the stored counters the transaction maintains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountRow {
+    pub account: Account,
+    /// Entries the account has; the next one is numbered `entry_count + 1`.
+    pub entry_count: u64,
+    /// The stored sum of its holds in state HELD, expired or not.
+    pub held_total: i64,
+}
+
+/// A journal entry as locked for a refund.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryRow {
+    pub id: EntryId,
+    pub account_id: AccountId,
+    pub kind: EntryKind,
+    pub amount: Amount,
+    pub currency: Currency,
+    /// What its refunds have returned so far.
+    pub refunded: i64,
+}
+
+impl EntryRow {
+    /// What may still be refunded.
+    pub fn refundable(&self) -> i64 {
+        self.amount.get() - self.refunded
+    }
+}
+
+/// Ids for the rows the decisions will create.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct NewIds {
+    pub accounts: VecDeque<AccountId>,
+    pub entries: VecDeque<EntryId>,
+    pub holds: VecDeque<HoldId>,
+}
+
+/// How many rows of each kind a call may create.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RowCounts {
+    pub accounts: usize,
+    pub entries: usize,
+    pub holds: usize,
+}
+
+impl RowCounts {
+    #[must_use]
+    pub fn plus(self, other: Self) -> Self {
+        Self {
+            accounts: self.accounts + other.accounts,
+            entries: self.entries + other.entries,
+            holds: self.holds + other.holds,
+        }
+    }
+}
+
+/// A new journal entry and where it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEntry {
+    pub entry: Entry,
+    /// Its place in its account's journal.
+    pub seq: u64,
+    /// The call (in decision order) that created it.
+    pub call: usize,
+    /// Its place among its call's entries: a transfer's debit is 0, its credit 1.
+    pub leg: u8,
+}
+
+/// A hold resolved by a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedHold {
+    pub hold: Hold,
+    pub call: usize,
+}
+
+/// What the decisions changed, for the executor to write.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Changes {
+    /// The database's clock the decisions were made at.
+    pub now: DateTime<Utc>,
+    /// New accounts, as the decisions left them.
+    pub new_accounts: Vec<(usize, AccountRow)>,
+    /// Changed accounts, with the entry count they had when locked.
+    pub accounts: Vec<(AccountRow, u64)>,
+    pub new_entries: Vec<NewEntry>,
+    pub refunded_entries: Vec<EntryRow>,
+    pub new_holds: Vec<(usize, Hold)>,
+    pub resolved_holds: Vec<ResolvedHold>,
+    /// Ids reserved but not used.
+    pub unused: NewIds,
+}
+
+#[derive(Debug)]
+enum Undo {
+    Account(AccountId, AccountRow),
+    Entry(EntryId, EntryRow),
+    Hold(HoldId, Hold),
+    NewAccount,
+    NewEntry,
+    NewHold,
+    ResolvedHold,
+}
+
+#[derive(Debug)]
+pub struct Book {
+    now: DateTime<Utc>,
+    accounts: BTreeMap<AccountId, AccountRow>,
+    entries: BTreeMap<EntryId, EntryRow>,
+    /// The rows as locked, to tell what changed.
+    locked_accounts: BTreeMap<AccountId, AccountRow>,
+    locked_entries: BTreeMap<EntryId, EntryRow>,
+    holds: BTreeMap<HoldId, Hold>,
+    ids: NewIds,
+    new_accounts: Vec<(usize, Account)>,
+    new_entries: Vec<NewEntry>,
+    new_holds: Vec<(usize, Hold)>,
+    resolved: Vec<ResolvedHold>,
+    /// The call being decided, and the undo log of its changes.
+    call: Option<Call>,
+    calls: usize,
+}
+
+#[derive(Debug)]
+struct Call {
+    index: usize,
+    key: IdempotencyKey,
+    undo: Vec<Undo>,
+}
+
+impl Book {
+    /// A book over locked rows, at the database's `now`.
+    pub fn new(
+        now: DateTime<Utc>,
+        accounts: impl IntoIterator<Item = AccountRow>,
+        entries: impl IntoIterator<Item = EntryRow>,
+        holds: impl IntoIterator<Item = Hold>,
+        ids: NewIds,
+    ) -> Self {
+        let accounts: BTreeMap<_, _> = accounts
+            .into_iter()
+            .map(|row| (row.account.id, row))
+            .collect();
+        let entries: BTreeMap<_, _> = entries.into_iter().map(|e| (e.id, e)).collect();
+        Self {
+            now,
+            locked_accounts: accounts.clone(),
+            locked_entries: entries.clone(),
+            accounts,
+            entries,
+            holds: holds.into_iter().map(|h| (h.id, h)).collect(),
+            ids,
+            new_accounts: Vec::new(),
+            new_entries: Vec::new(),
+            new_holds: Vec::new(),
+            resolved: Vec::new(),
+            call: None,
+            calls: 0,
+        }
+    }
+
+    /// The database's clock when the rows were locked.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.now
+    }
+
+    /// Starts deciding the next call, under `key`; returns its index.
+    pub fn start_call(&mut self, key: IdempotencyKey) -> usize {
+        let index = self.calls;
+        self.calls += 1;
+        self.call = Some(Call {
+            index,
+            key,
+            undo: Vec::new(),
+        });
+        index
+    }
+
+    /// Ends the current call: keeps its changes if it succeeded, else undoes them.
+    pub fn finish_call(&mut self, succeeded: bool) {
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        if succeeded {
+            return;
+        }
+        for undo in call.undo.into_iter().rev() {
+            match undo {
+                Undo::Account(id, row) => {
+                    self.accounts.insert(id, row);
+                }
+                Undo::Entry(id, row) => {
+                    self.entries.insert(id, row);
+                }
+                Undo::Hold(id, hold) => {
+                    self.holds.insert(id, hold);
+                }
+                Undo::NewAccount => {
+                    if let Some((_, account)) = self.new_accounts.pop() {
+                        self.accounts.remove(&account.id);
+                        self.ids.accounts.push_front(account.id);
+                    }
+                }
+                Undo::NewEntry => {
+                    if let Some(new) = self.new_entries.pop() {
+                        self.ids.entries.push_front(new.entry.id);
+                    }
+                }
+                Undo::NewHold => {
+                    if let Some((_, hold)) = self.new_holds.pop() {
+                        self.holds.remove(&hold.id);
+                        self.ids.holds.push_front(hold.id);
+                    }
+                }
+                Undo::ResolvedHold => {
+                    self.resolved.pop();
+                }
+            }
+        }
+    }
+
+    pub fn account(&self, id: AccountId) -> Result<&Account, Decline> {
+        self.accounts
+            .get(&id)
+            .map(|row| &row.account)
+            .ok_or(Decline::AccountNotFound { account_id: id })
+    }
+
+    /// The account, if it holds `currency`.
+    pub fn account_in(&self, id: AccountId, currency: Currency) -> Result<&Account, Decline> {
+        let account = self.account(id)?;
+        if account.currency != currency {
+            return Err(Decline::CurrencyMismatch {
+                account_id: id,
+                account_currency: account.currency,
+                requested: currency,
+            });
+        }
+        Ok(account)
+    }
+
+    /// Refuses a debit of `amount` over what the account has available.
+    pub fn require_available(&self, id: AccountId, amount: Amount) -> Result<(), Decline> {
+        let account = self.account(id)?;
+        if amount.get() > account.available() {
+            return Err(Decline::InsufficientFunds {
+                account_id: id,
+                balance: account.balance,
+                held: account.held,
+                amount,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn entry(&self, id: EntryId) -> Result<&EntryRow, Decline> {
+        self.entries
+            .get(&id)
+            .ok_or(Decline::EntryNotFound { entry_id: id })
+    }
+
+    pub fn hold(&self, id: HoldId) -> Result<&Hold, Decline> {
+        self.holds
+            .get(&id)
+            .ok_or(Decline::HoldNotFound { hold_id: id })
+    }
+
+    /// A hold that can be captured or voided now: held, and not expired.
+    pub fn held_hold(&self, id: HoldId) -> Result<&Hold, Decline> {
+        let hold = self.hold(id)?;
+        match hold.state_at(self.now) {
+            HoldState::Held => Ok(hold),
+            HoldState::Expired => Err(Decline::HoldExpired {
+                hold_id: id,
+                expires_at: hold.expires_at,
+            }),
+            state => Err(Decline::HoldNotHeld { hold_id: id, state }),
+        }
+    }
+
+    /// Opens an account with a zero balance.
+    pub fn open_account(&mut self, currency: Currency) -> Result<Account, Refusal> {
+        let call = self.current()?;
+        let id = take(&mut self.ids.accounts, "account")?;
+        let account = Account {
+            id,
+            currency,
+            balance: 0,
+            held: 0,
+            created_at: self.now,
+        };
+        self.accounts.insert(
+            id,
+            AccountRow {
+                account: account.clone(),
+                entry_count: 0,
+                held_total: 0,
+            },
+        );
+        self.new_accounts.push((call, account.clone()));
+        self.log(Undo::NewAccount);
+        Ok(account)
+    }
+
+    /// Appends an entry to its account's journal and moves the balance. A credit
+    /// that would overflow the balance is declined; a debit below zero is a bug
+    /// (the operation checks what it may take first).
+    pub fn post(&mut self, posting: Posting) -> Result<Entry, Refusal> {
+        let call = self.current()?;
+        let key = self.call_key()?;
+        let row = self
+            .accounts
+            .get(&posting.account_id)
+            .ok_or(Decline::AccountNotFound {
+                account_id: posting.account_id,
+            })?;
+        let amount = posting.amount;
+        let balance_after = if posting.kind.takes() {
+            match row.account.balance.checked_sub(amount.get()) {
+                Some(after) if after >= 0 => after,
+                _ => {
+                    return Err(Refusal::Internal(format!(
+                        "a {:?} of {} would take account {} below zero",
+                        posting.kind,
+                        amount.get(),
+                        posting.account_id
+                    )));
+                }
+            }
+        } else {
+            row.account
+                .balance
+                .checked_add(amount.get())
+                .ok_or(Decline::BalanceOverflow {
+                    account_id: posting.account_id,
+                    balance: row.account.balance,
+                    amount,
+                })?
+        };
+        let id = take(&mut self.ids.entries, "entry")?;
+        let before = row.clone();
+        let mut after = before.clone();
+        after.account.balance = balance_after;
+        after.entry_count += 1;
+        let entry = Entry {
+            id,
+            account_id: posting.account_id,
+            kind: posting.kind,
+            amount,
+            currency: row.account.currency,
+            balance_after,
+            idempotency_key: key,
+            description: posting.description,
+            created_at: self.now,
+            counterparty: posting.counterparty,
+            refunded_entry: posting.refunded_entry,
+            hold: posting.hold,
+        };
+        let leg = self.new_entries.iter().filter(|e| e.call == call).count();
+        self.new_entries.push(NewEntry {
+            entry: entry.clone(),
+            seq: after.entry_count,
+            call,
+            // A call writes at most a handful of entries.
+            leg: u8::try_from(leg).unwrap_or(u8::MAX),
+        });
+        self.replace_account(after, before);
+        self.log(Undo::NewEntry);
+        Ok(entry)
+    }
+
+    /// Records `amount` refunded from the entry.
+    pub fn add_refunded(&mut self, id: EntryId, amount: Amount) -> Result<(), Refusal> {
+        self.current()?;
+        let before = self.entry(id)?.clone();
+        let mut after = before.clone();
+        after.refunded += amount.get();
+        self.entries.insert(id, after);
+        self.log(Undo::Entry(id, before));
+        Ok(())
+    }
+
+    /// Reserves `amount` of the account until `ttl` from now.
+    pub fn place_hold(&mut self, hold: NewHold) -> Result<Hold, Refusal> {
+        let call = self.current()?;
+        let key = self.call_key()?;
+        let before = self
+            .accounts
+            .get(&hold.account_id)
+            .ok_or(Decline::AccountNotFound {
+                account_id: hold.account_id,
+            })?
+            .clone();
+        let id = take(&mut self.ids.holds, "hold")?;
+        let expires_at = self.now
+            + chrono::Duration::from_std(hold.ttl.get())
+                .map_err(|e| Refusal::Internal(format!("a hold's ttl: {e}")))?;
+        let placed = Hold {
+            id,
+            account_id: hold.account_id,
+            amount: hold.amount,
+            currency: before.account.currency,
+            state: HoldState::Held,
+            captured_amount: 0,
+            description: hold.description,
+            idempotency_key: key,
+            created_at: self.now,
+            expires_at,
+        };
+        let mut after = before.clone();
+        after.account.held += hold.amount.get();
+        after.held_total += hold.amount.get();
+        self.holds.insert(id, placed.clone());
+        self.new_holds.push((call, placed.clone()));
+        self.replace_account(after, before);
+        self.log(Undo::NewHold);
+        Ok(placed)
+    }
+
+    /// Ends a held hold as captured (of `captured`) or voided, releasing its
+    /// reservation. The caller checked it is held ([`Book::held_hold`]).
+    pub fn resolve_hold(
+        &mut self,
+        id: HoldId,
+        state: HoldState,
+        captured: i64,
+    ) -> Result<Hold, Refusal> {
+        let call = self.current()?;
+        let before = self.held_hold(id)?.clone();
+        let account_before = self
+            .accounts
+            .get(&before.account_id)
+            .ok_or(Decline::AccountNotFound {
+                account_id: before.account_id,
+            })?
+            .clone();
+        let mut account_after = account_before.clone();
+        account_after.account.held -= before.amount.get();
+        account_after.held_total -= before.amount.get();
+        let mut after = before.clone();
+        after.state = state;
+        after.captured_amount = captured;
+        self.holds.insert(id, after.clone());
+        self.log(Undo::Hold(id, before));
+        self.replace_account(account_after, account_before);
+        self.resolved.push(ResolvedHold {
+            hold: after.clone(),
+            call,
+        });
+        self.log(Undo::ResolvedHold);
+        Ok(after)
+    }
+
+    /// What the decisions changed.
+    pub fn into_changes(self) -> Changes {
+        let accounts = self
+            .locked_accounts
+            .iter()
+            .filter_map(|(id, locked)| {
+                let row = self.accounts.get(id)?;
+                (row != locked).then(|| (row.clone(), locked.entry_count))
+            })
+            .collect();
+        let refunded_entries = self
+            .locked_entries
+            .iter()
+            .filter_map(|(id, locked)| {
+                let row = self.entries.get(id)?;
+                (row != locked).then(|| row.clone())
+            })
+            .collect();
+        let new_accounts = self
+            .new_accounts
+            .iter()
+            .filter_map(|(call, a)| Some((*call, self.accounts.get(&a.id)?.clone())))
+            .collect();
+        Changes {
+            now: self.now,
+            new_accounts,
+            accounts,
+            new_entries: self.new_entries,
+            refunded_entries,
+            new_holds: self.new_holds,
+            resolved_holds: self.resolved,
+            unused: self.ids,
+        }
+    }
+
+    fn current(&self) -> Result<usize, Refusal> {
+        self.call
+            .as_ref()
+            .map(|c| c.index)
+            .ok_or_else(|| Refusal::Internal("a change outside any call".into()))
+    }
+
+    fn call_key(&self) -> Result<IdempotencyKey, Refusal> {
+        self.call
+            .as_ref()
+            .map(|c| c.key.clone())
+            .ok_or_else(|| Refusal::Internal("a change outside any call".into()))
+    }
+
+    fn replace_account(&mut self, after: AccountRow, before: AccountRow) {
+        let id = after.account.id;
+        self.accounts.insert(id, after);
+        self.log(Undo::Account(id, before));
+    }
+
+    fn log(&mut self, undo: Undo) {
+        if let Some(call) = &mut self.call {
+            call.undo.push(undo);
+        }
+    }
+}
+
+/// What [`Book::post`] appends.
+#[derive(Debug, Clone)]
+pub struct Posting {
+    pub account_id: AccountId,
+    pub kind: EntryKind,
+    pub amount: Amount,
+    pub description: Description,
+    pub counterparty: Option<AccountId>,
+    pub refunded_entry: Option<EntryId>,
+    pub hold: Option<HoldId>,
+}
+
+impl Posting {
+    pub fn new(
+        account_id: AccountId,
+        kind: EntryKind,
+        amount: Amount,
+        description: Description,
+    ) -> Self {
+        Self {
+            account_id,
+            kind,
+            amount,
+            description,
+            counterparty: None,
+            refunded_entry: None,
+            hold: None,
+        }
+    }
+}
+
+/// What [`Book::place_hold`] reserves.
+#[derive(Debug, Clone)]
+pub struct NewHold {
+    pub account_id: AccountId,
+    pub amount: Amount,
+    pub description: Description,
+    pub ttl: Ttl,
+}
+
+fn take<T>(ids: &mut VecDeque<T>, what: &str) -> Result<T, Refusal> {
+    ids.pop_front()
+        .ok_or_else(|| Refusal::Internal(format!("no {what} id was reserved for this call")))
+}

@@ -1,0 +1,134 @@
+//! Charge: takes money from an account, never more than it has available (its
+//! balance less its active holds).
+
+use super::{AccountAmount, Needs, Operation};
+use crate::ledger::book::{Book, Posting, RowCounts};
+use crate::ledger::decline::Refusal;
+use crate::ledger::fingerprint::Fields;
+use crate::ledger::model::{EntryKind, Method};
+use crate::ledger::outcome::Reply;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge(pub AccountAmount);
+
+impl Operation for Charge {
+    fn method(&self) -> Method {
+        Method::Charge
+    }
+
+    fn fingerprint(&self, fields: &mut Fields) {
+        self.0.fingerprint(fields);
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            accounts: vec![self.0.account_id],
+            creates: RowCounts {
+                entries: 1,
+                ..RowCounts::default()
+            },
+            ..Needs::default()
+        }
+    }
+
+    fn decide(&self, book: &mut Book) -> Result<Reply, Refusal> {
+        let AccountAmount {
+            account_id,
+            amount,
+            currency,
+            description,
+        } = &self.0;
+        book.account_in(*account_id, *currency)?;
+        book.require_available(*account_id, *amount)?;
+        let posting = Posting::new(*account_id, EntryKind::Charge, *amount, description.clone());
+        book.post(posting).map(Reply::Charge)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::decline::Decline;
+    use crate::ledger::ops::testing::{account, amount, book, description, id, key, usd};
+    use crate::ledger::values::Currency;
+
+    fn charge(n: i64, currency: Currency) -> Charge {
+        Charge(AccountAmount {
+            account_id: id(1),
+            amount: amount(n),
+            currency,
+            description: description(),
+        })
+    }
+
+    fn decide(balance: i64, held: i64, n: i64, currency: Currency) -> Result<Reply, Refusal> {
+        let mut book = book(vec![account(1, balance, held)], vec![], vec![]);
+        book.start_call(key("k"));
+        charge(n, currency).decide(&mut book)
+    }
+
+    #[test]
+    fn charges_down_to_exactly_zero_but_not_below() {
+        assert!(matches!(decide(100, 0, 100, usd()), Ok(Reply::Charge(e)) if e.balance_after == 0));
+        assert!(matches!(
+            decide(100, 0, 101, usd()),
+            Err(Refusal::Declined(Decline::InsufficientFunds {
+                balance: 100,
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn held_money_is_not_available() {
+        assert!(decide(100, 70, 30, usd()).is_ok());
+        assert!(matches!(
+            decide(100, 70, 40, usd()),
+            Err(Refusal::Declined(Decline::InsufficientFunds {
+                held: 70,
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn currency_must_match_before_anything_else() {
+        let eur = Currency::parse("c", "EUR").unwrap();
+        assert!(matches!(
+            decide(0, 0, 5, eur),
+            Err(Refusal::Declined(Decline::CurrencyMismatch { .. }))
+        ));
+    }
+
+    #[test]
+    fn a_refused_call_leaves_the_book_as_it_was() {
+        let mut book = book(vec![account(1, 100, 0)], vec![], vec![]);
+        book.start_call(key("a"));
+        assert!(charge(60, usd()).decide(&mut book).is_ok());
+        book.finish_call(true);
+        book.start_call(key("b"));
+        assert!(charge(60, usd()).decide(&mut book).is_err());
+        book.finish_call(false);
+        book.start_call(key("c"));
+        assert!(
+            matches!(charge(40, usd()).decide(&mut book), Ok(Reply::Charge(e)) if e.balance_after == 0)
+        );
+        book.finish_call(true);
+        let changes = book.into_changes();
+        assert_eq!(changes.new_entries.len(), 2);
+        assert_eq!(
+            changes
+                .new_entries
+                .iter()
+                .map(|e| e.seq)
+                .collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert_eq!(changes.accounts.len(), 1);
+        assert_eq!(
+            changes.unused.entries.len(),
+            8,
+            "the refused call's id went back"
+        );
+    }
+}

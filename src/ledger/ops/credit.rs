@@ -1,0 +1,75 @@
+//! Credit: adds money to an account in its currency.
+
+use super::{AccountAmount, Needs, Operation};
+use crate::ledger::book::{Book, Posting, RowCounts};
+use crate::ledger::decline::Refusal;
+use crate::ledger::fingerprint::Fields;
+use crate::ledger::model::{EntryKind, Method};
+use crate::ledger::outcome::Reply;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credit(pub AccountAmount);
+
+impl Operation for Credit {
+    fn method(&self) -> Method {
+        Method::Credit
+    }
+
+    fn fingerprint(&self, fields: &mut Fields) {
+        self.0.fingerprint(fields);
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            accounts: vec![self.0.account_id],
+            creates: RowCounts {
+                entries: 1,
+                ..RowCounts::default()
+            },
+            ..Needs::default()
+        }
+    }
+
+    fn decide(&self, book: &mut Book) -> Result<Reply, Refusal> {
+        let AccountAmount {
+            account_id,
+            amount,
+            currency,
+            description,
+        } = &self.0;
+        book.account_in(*account_id, *currency)?;
+        let posting = Posting::new(*account_id, EntryKind::Credit, *amount, description.clone());
+        book.post(posting).map(Reply::Credit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::decline::Decline;
+    use crate::ledger::ops::testing::{account, amount, book, description, id, key, usd};
+
+    fn credit(n: i64) -> Credit {
+        Credit(AccountAmount {
+            account_id: id(1),
+            amount: amount(n),
+            currency: usd(),
+            description: description(),
+        })
+    }
+
+    #[test]
+    fn credits_refuse_to_overflow() {
+        let mut book = book(vec![account(1, i64::MAX - 1, 0)], vec![], vec![]);
+        book.start_call(key("k1"));
+        assert!(
+            matches!(credit(1).decide(&mut book), Ok(Reply::Credit(e)) if e.balance_after == i64::MAX)
+        );
+        book.finish_call(true);
+        book.start_call(key("k2"));
+        assert!(matches!(
+            credit(1).decide(&mut book),
+            Err(Refusal::Declined(Decline::BalanceOverflow { .. }))
+        ));
+    }
+}

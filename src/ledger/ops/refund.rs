@@ -1,0 +1,143 @@
+//! Refund: returns money taken by a Charge or a Capture to the same account. The
+//! refunds of one entry never add up to more than its amount.
+
+use super::{Needs, Operation};
+use crate::ledger::book::{Book, Posting, RowCounts};
+use crate::ledger::decline::{Decline, Refusal};
+use crate::ledger::fingerprint::Fields;
+use crate::ledger::model::{EntryKind, Method};
+use crate::ledger::outcome::Reply;
+use crate::ledger::values::{Amount, Description, EntryId};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refund {
+    pub entry_id: EntryId,
+    pub amount: Amount,
+    pub description: Description,
+}
+
+impl Operation for Refund {
+    fn method(&self) -> Method {
+        Method::Refund
+    }
+
+    fn fingerprint(&self, fields: &mut Fields) {
+        fields.u64(self.entry_id.get());
+        fields.i64(self.amount.get());
+        fields.str(self.description.as_str());
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            entries: vec![self.entry_id],
+            creates: RowCounts {
+                entries: 1,
+                ..RowCounts::default()
+            },
+            ..Needs::default()
+        }
+    }
+
+    fn decide(&self, book: &mut Book) -> Result<Reply, Refusal> {
+        let refunded = book.entry(self.entry_id)?;
+        if !refunded.kind.refundable() {
+            return Err(Decline::NotRefundable {
+                entry_id: self.entry_id,
+                kind: refunded.kind,
+            }
+            .into());
+        }
+        if self.amount.get() > refunded.refundable() {
+            return Err(Decline::RefundExceedsCharge {
+                entry_id: self.entry_id,
+                refundable: refunded.refundable(),
+                amount: self.amount,
+            }
+            .into());
+        }
+        let account_id = refunded.account_id;
+        book.add_refunded(self.entry_id, self.amount)?;
+        let posting = Posting {
+            refunded_entry: Some(self.entry_id),
+            ..Posting::new(
+                account_id,
+                EntryKind::Refund,
+                self.amount,
+                self.description.clone(),
+            )
+        };
+        book.post(posting).map(Reply::Refund)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::book::EntryRow;
+    use crate::ledger::ops::testing::{account, amount, book, description, id, key, usd};
+
+    fn charged(kind: EntryKind, n: i64, refunded: i64) -> EntryRow {
+        EntryRow {
+            id: EntryId::parse("e", 7).unwrap(),
+            account_id: id(1),
+            kind,
+            amount: amount(n),
+            currency: usd(),
+            refunded,
+        }
+    }
+
+    fn refund(n: i64) -> Refund {
+        Refund {
+            entry_id: EntryId::parse("e", 7).unwrap(),
+            amount: amount(n),
+            description: description(),
+        }
+    }
+
+    #[test]
+    fn refunds_never_add_up_to_more_than_the_charge() {
+        let mut book = book(
+            vec![account(1, 0, 0)],
+            vec![charged(EntryKind::Charge, 100, 0)],
+            vec![],
+        );
+        for (n, expected_ok) in [
+            (30, true),
+            (30, true),
+            (30, true),
+            (30, false),
+            (10, true),
+            (1, false),
+        ] {
+            book.start_call(key(&format!("r{n}")));
+            let result = refund(n).decide(&mut book);
+            assert_eq!(result.is_ok(), expected_ok, "{result:?}");
+            if let Err(Refusal::Declined(Decline::RefundExceedsCharge { refundable, .. })) = &result
+            {
+                assert!(*refundable < n);
+            }
+            book.finish_call(result.is_ok());
+        }
+        let changes = book.into_changes();
+        assert_eq!(changes.refunded_entries[0].refunded, 100);
+        assert_eq!(changes.accounts[0].0.account.balance, 100);
+    }
+
+    #[test]
+    fn only_charges_and_captures_are_refundable() {
+        let mut book = book(
+            vec![account(1, 0, 0)],
+            vec![charged(EntryKind::Credit, 100, 0)],
+            vec![],
+        );
+        book.start_call(key("r"));
+        assert!(matches!(
+            refund(1).decide(&mut book),
+            Err(Refusal::Declined(Decline::NotRefundable {
+                kind: EntryKind::Credit,
+                ..
+            }))
+        ));
+    }
+}

@@ -1,0 +1,188 @@
+//! Service instances on random ports, in the test process.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ledger::app::{Application, Settings, TlsIdentity};
+use ledger::auth::Tokens;
+use ledger::db::{MultiPrimary, PoolSettings};
+use ledger::proto::pb;
+use ledger::proto::pb::ledger_client::LedgerClient;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+use super::gate::Gate;
+use super::server::TestDb;
+
+/// Per-instance knobs a test may change. The service's own defaults
+/// (`Settings::new`) apply to everything left `None`; the first three are the
+/// suite's choices.
+#[derive(Clone)]
+pub struct Config {
+    /// Small: several instances and tests share one database server.
+    pub pool_size: u32,
+    /// Long, so a test that parks a call on a held row decides when it ends.
+    pub lock_wait: Duration,
+    pub pool_timeout: Duration,
+    pub max_attempts: Option<u32>,
+    pub gate: Option<Gate>,
+    pub auth: Option<Tokens>,
+    pub tls: Option<TlsIdentity>,
+    pub metrics_listen: Option<SocketAddr>,
+    pub max_message_bytes: Option<usize>,
+    pub max_concurrent_calls: Option<usize>,
+    /// The database URL, when not the test database's own (another cluster node,
+    /// a proxy).
+    pub database_url: Option<String>,
+    pub session_init: Option<String>,
+    pub multi_primary: Option<MultiPrimary>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            pool_size: 8,
+            lock_wait: Duration::from_secs(10),
+            pool_timeout: Duration::from_secs(10),
+            max_attempts: None,
+            gate: None,
+            auth: None,
+            tls: None,
+            metrics_listen: None,
+            max_message_bytes: None,
+            max_concurrent_calls: None,
+            database_url: None,
+            session_init: None,
+            multi_primary: None,
+        }
+    }
+}
+
+impl Config {
+    /// The service's settings for `url`, with this config's choices.
+    pub fn settings(&self, url: String) -> Settings {
+        let mut settings = Settings::new("127.0.0.1:0".parse().unwrap(), url).expect("defaults");
+        settings.pool = PoolSettings {
+            size: self.pool_size,
+            checkout_timeout: self.pool_timeout,
+        };
+        settings.limits.lock_wait = self.lock_wait;
+        if let Some(attempts) = self.max_attempts {
+            settings.limits.max_attempts = attempts;
+        }
+        settings.session.init.clone_from(&self.session_init);
+        if let Some(mode) = self.multi_primary {
+            settings.session.multi_primary = mode;
+        }
+        settings.auth.clone_from(&self.auth);
+        settings.tls.clone_from(&self.tls);
+        settings.metrics_listen = self.metrics_listen;
+        if let Some(bytes) = self.max_message_bytes {
+            settings.max_message_bytes = bytes;
+        }
+        if let Some(calls) = self.max_concurrent_calls {
+            settings.max_concurrent_calls = calls;
+        }
+        settings
+    }
+}
+
+/// Service logs for a test run with `RUST_LOG` set (and `--nocapture`).
+fn init_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if std::env::var_os("RUST_LOG").is_some() {
+        ONCE.call_once(|| {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        });
+    }
+}
+
+/// A running service instance on a random port.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    stop: CancellationToken,
+}
+
+impl TestApp {
+    pub async fn spawn(db: &TestDb) -> Self {
+        Self::spawn_with(db, Config::default()).await
+    }
+
+    pub async fn spawn_with(db: &TestDb, config: Config) -> Self {
+        init_logs();
+        let url = config
+            .database_url
+            .clone()
+            .unwrap_or_else(|| db.url.clone());
+        let settings = config.settings(url);
+        let hook = config.gate.map(Gate::hook);
+        let app = Application::build(settings, hook)
+            .await
+            .expect("app builds");
+        let addr = app.local_addr();
+        let stop = CancellationToken::new();
+        tokio::spawn(app.run_until(stop.clone().cancelled_owned()));
+        Self { addr, stop }
+    }
+
+    pub async fn client(&self) -> LedgerClient<Channel> {
+        LedgerClient::new(self.channel().await)
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connects")
+    }
+
+    /// Opens an account and credits it, returning its id.
+    pub async fn funded_account(&self, currency: &str, balance: i64) -> u64 {
+        let tag = format!("{:x}", rand::random::<u64>());
+        open_funded(&mut self.client().await, &tag, currency, balance).await
+    }
+}
+
+/// Opens an account (key `open-<tag>`) and credits it `balance` (key
+/// `fund-<tag>`; none for 0), returning its id.
+pub async fn open_funded(
+    client: &mut LedgerClient<Channel>,
+    tag: &str,
+    currency: &str,
+    balance: i64,
+) -> u64 {
+    let account = client
+        .open_account(pb::OpenAccountRequest {
+            idempotency_key: format!("open-{tag}"),
+            currency: currency.into(),
+        })
+        .await
+        .expect("open account")
+        .into_inner()
+        .account
+        .expect("account")
+        .account_id;
+    if balance > 0 {
+        client
+            .credit(pb::CreditRequest {
+                idempotency_key: format!("fund-{tag}"),
+                account_id: account,
+                amount: balance,
+                currency: currency.into(),
+                description: "funding".into(),
+            })
+            .await
+            .expect("credit");
+    }
+    account
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}

@@ -1,0 +1,31 @@
+//! Test harness shared by the test binaries, one module per concern:
+//!
+//! - `server`: the database server, a fresh database per test, direct SQL;
+//! - `app`: service instances in the test process, on random ports;
+//! - `gate`: holding a transaction open before its COMMIT;
+//! - `wire`: request builders, raw replies, the replay marker;
+//! - `process`: the `ledger` binary as separate processes.
+//!
+//! Each test binary uses a part of it.
+
+#![allow(
+    unreachable_pub,
+    missing_debug_implementations,
+    dead_code,
+    unused_imports
+)]
+
+pub mod app;
+pub mod gate;
+pub mod process;
+pub mod server;
+pub mod wire;
+
+pub use app::{Config, TestApp, open_funded};
+pub use gate::{Gate, HeldCharge};
+pub use process::{LedgerProcess, free_port, run_ledger, until_health};
+pub use server::{TestDb, assert_each_key_charged_once, server_url};
+pub use wire::{
+    capture, charge, credit, info, place_hold, raw_call, reason, refund, replayed, transfer, void,
+    with_deadline,
+};

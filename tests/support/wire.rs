@@ -1,0 +1,170 @@
+//! Requests and answers as the wire carries them: request builders, the replay
+//! marker, and calls whose replies come back as raw bytes.
+
+use std::time::Duration;
+
+use bytes::{Buf as _, BufMut as _, Bytes};
+use ledger::proto::pb;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::transport::Channel;
+
+pub fn charge(key: &str, account_id: u64, amount: i64) -> pb::ChargeRequest {
+    pb::ChargeRequest {
+        idempotency_key: key.into(),
+        account_id,
+        amount,
+        currency: "USD".into(),
+        description: String::new(),
+    }
+}
+
+pub fn credit(key: &str, account_id: u64, amount: i64) -> pb::CreditRequest {
+    pb::CreditRequest {
+        idempotency_key: key.into(),
+        account_id,
+        amount,
+        currency: "USD".into(),
+        description: String::new(),
+    }
+}
+
+pub fn transfer(key: &str, from: u64, to: u64, amount: i64) -> pb::TransferRequest {
+    pb::TransferRequest {
+        idempotency_key: key.into(),
+        from_account_id: from,
+        to_account_id: to,
+        amount,
+        currency: "USD".into(),
+        description: String::new(),
+    }
+}
+
+pub fn refund(key: &str, entry_id: u64, amount: i64) -> pb::RefundRequest {
+    pb::RefundRequest {
+        idempotency_key: key.into(),
+        entry_id,
+        amount,
+        description: String::new(),
+    }
+}
+
+pub fn place_hold(key: &str, account_id: u64, amount: i64, ttl: Duration) -> pb::PlaceHoldRequest {
+    pb::PlaceHoldRequest {
+        idempotency_key: key.into(),
+        account_id,
+        amount,
+        currency: "USD".into(),
+        description: String::new(),
+        ttl: Some(prost_types::Duration {
+            seconds: i64::try_from(ttl.as_secs()).unwrap(),
+            nanos: i32::try_from(ttl.subsec_nanos()).unwrap(),
+        }),
+    }
+}
+
+pub fn capture(key: &str, hold_id: u64, amount: i64) -> pb::CaptureHoldRequest {
+    pb::CaptureHoldRequest {
+        idempotency_key: key.into(),
+        hold_id,
+        amount,
+        description: String::new(),
+    }
+}
+
+pub fn void(key: &str, hold_id: u64) -> pb::VoidHoldRequest {
+    pb::VoidHoldRequest {
+        idempotency_key: key.into(),
+        hold_id,
+    }
+}
+
+/// The `ErrorInfo` reason of a status.
+pub fn reason(status: &tonic::Status) -> String {
+    use tonic_types::StatusExt as _;
+    status
+        .get_details_error_info()
+        .map(|info| info.reason)
+        .unwrap_or_default()
+}
+
+/// The `ErrorInfo` metadata value `key` of a status.
+pub fn info(status: &tonic::Status, key: &str) -> Option<String> {
+    use tonic_types::StatusExt as _;
+    status
+        .get_details_error_info()
+        .and_then(|info| info.metadata.get(key).cloned())
+}
+
+/// Whether a response or status carries `idempotent-replayed: true`.
+pub fn replayed(metadata: &tonic::metadata::MetadataMap) -> bool {
+    metadata
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true")
+}
+
+/// A unary call whose reply comes back as the raw bytes on the wire, to compare
+/// replies byte for byte.
+pub async fn raw_call(
+    channel: Channel,
+    method: &'static str,
+    request: impl prost::Message,
+) -> Result<(tonic::metadata::MetadataMap, Bytes), tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let path = format!("/ledger.v1.Ledger/{method}").parse().unwrap();
+    let response = grpc
+        .unary(
+            tonic::Request::new(Bytes::from(request.encode_to_vec())),
+            path,
+            RawCodec,
+        )
+        .await?;
+    let (metadata, body, _) = response.into_parts();
+    Ok((metadata, body))
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// A request that carries a deadline (`grpc-timeout`).
+pub fn with_deadline<T>(message: T, deadline: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(deadline);
+    request
+}
