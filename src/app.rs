@@ -159,7 +159,7 @@ impl Application {
         let urls: Vec<String> = std::iter::once(settings.database_url.clone())
             .chain(settings.failover_urls.iter().cloned())
             .collect();
-        let url = &migrate::wait_for_any(&urls, settings.connect_timeout).await?;
+        let url = &migrate::wait_for_any(&urls, settings.connect_timeout, settings.migrate).await?;
         if settings.migrate {
             let applied = migrate::run_migrations(url).await?;
             if !applied.is_empty() {

@@ -33,7 +33,7 @@ pub async fn migrate(args: &MigrateArgs) -> anyhow::Result<()> {
             [] => vec![url],
             given => given.to_vec(),
         };
-        let url = migrate::wait_for_any(&urls, args.database.connect_timeout).await?;
+        let url = migrate::wait_for_any(&urls, args.database.connect_timeout, true).await?;
         let applied = migrate::run_migrations(&url).await?;
         tracing::info!(database = %migrate::describe(&url), ?applied, "migrations applied");
         Ok(())

@@ -99,6 +99,12 @@ pub(crate) enum AttemptError {
     /// The database did not answer in time. Not retried: another connection to a
     /// silent database would wait as long.
     Silent(String),
+    /// A COMMIT was sent and whether it took effect is not known (a statement
+    /// after it failed, whatever the code): retried, so the probe settles it.
+    Unsettled(String),
+    /// No pooled connection became free in time. Not retried: the caller's time
+    /// is up.
+    NoConnection(String),
     /// Final for this call.
     Final(Error),
 }
@@ -116,9 +122,10 @@ impl AttemptError {
         match self {
             Self::Final(e) => e,
             Self::Conflict => Error::Conflict { attempts, recorded },
-            Self::ConnectionLost(reason) | Self::Silent(reason) => {
-                Error::Unavailable { reason, recorded }
-            }
+            Self::ConnectionLost(reason)
+            | Self::Silent(reason)
+            | Self::Unsettled(reason)
+            | Self::NoConnection(reason) => Error::Unavailable { reason, recorded },
         }
     }
 }

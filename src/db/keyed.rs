@@ -56,8 +56,8 @@ pub(super) async fn run(
         let last = match run_once(db, call, key, command, &fingerprint).await {
             Ok(outcome) => return Ok(outcome),
             Err(AttemptError::Final(e)) => return Err(e),
-            Err(silent @ AttemptError::Silent(_)) => {
-                return Err(silent.into_error(attempt, call.recorded()));
+            Err(last @ (AttemptError::Silent(_) | AttemptError::NoConnection(_))) => {
+                return Err(last.into_error(attempt, call.recorded()));
             }
             Err(retryable) => retryable,
         };
@@ -68,7 +68,8 @@ pub(super) async fn run(
                 metrics::retry("connection");
                 db.inner.pool.report_lost();
             }
-            AttemptError::Silent(_) | AttemptError::Final(_) => {}
+            AttemptError::Unsettled(_) => metrics::retry("unsettled"),
+            AttemptError::Silent(_) | AttemptError::NoConnection(_) | AttemptError::Final(_) => {}
         }
         if attempt >= max_attempts || !backoff(attempt, call).await {
             return Err(last.into_error(attempt, call.recorded()));
@@ -104,7 +105,7 @@ pub(super) async fn checkout<'a>(
         .map_err(|e| match e {
             CheckoutError::Unreachable(reason) if pool.silent() => AttemptError::Silent(reason),
             CheckoutError::Unreachable(reason) => AttemptError::ConnectionLost(reason),
-            CheckoutError::TimedOut => AttemptError::Final(Error::unavailable(e.to_string())),
+            CheckoutError::TimedOut => AttemptError::NoConnection(e.to_string()),
         })
 }
 
@@ -219,8 +220,11 @@ async fn transaction(
         }
         Committed::Unknown(failure) => {
             call.commit_unknown();
-            tracing::debug!(error = ?failure, "the COMMIT's answer was lost; settling through the key");
-            Err(failure)
+            tracing::debug!(error = ?failure, "whether the COMMIT took effect is not known; settling through the key");
+            Err(match failure {
+                silent @ AttemptError::Silent(_) => silent,
+                other => AttemptError::Unsettled(format!("{other:?}")),
+            })
         }
     }
 }

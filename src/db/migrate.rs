@@ -22,7 +22,9 @@ const MIGRATION_LOCK: &str = "ledger.migrations";
 const MIGRATION_LOCK_WAIT_SECS: u32 = 120;
 
 /// Server errors that retrying cannot fix: wrong credentials or privileges.
-const ACCESS_DENIED: [u16; 3] = [1044, 1045, 1698];
+const REFUSED: [u16; 3] = [1044, 1045, 1698];
+/// The database a URL names does not exist.
+const UNKNOWN_DATABASE: u16 = 1049;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
@@ -36,6 +38,8 @@ pub enum MigrateError {
     Unreachable { at: String, reason: String },
     #[error("the database at {at} refused the connection: {reason}")]
     Refused { at: String, reason: String },
+    #[error("the database {at} does not exist: run `ledger migrate` first")]
+    Missing { at: String },
     #[error("cannot connect to the database: {0}")]
     Connect(#[from] diesel::ConnectionError),
     #[error("cannot create the database: {0}")]
@@ -70,16 +74,27 @@ pub fn describe(url: &str) -> String {
     )
 }
 
-/// Keeps trying [`ensure_database`] on each of `urls` in order, with backoff until
-/// `timeout` while none can be reached (a server may still be starting), and
-/// returns the first that answers; other failures end at once.
-pub async fn wait_for_any(urls: &[String], timeout: Duration) -> Result<String, MigrateError> {
+/// Keeps trying each of `urls` in order, with backoff until `timeout` while none
+/// can be reached (a server may still be starting), and returns the first that
+/// answers; other failures end at once. With `create`, the database is created
+/// when missing ([`ensure_database`]); without, it must exist (an account that
+/// only serves needs no CREATE privilege).
+pub async fn wait_for_any(
+    urls: &[String],
+    timeout: Duration,
+    create: bool,
+) -> Result<String, MigrateError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut delay = Duration::from_millis(100);
     loop {
         let mut last = None;
         for url in urls {
-            match ensure_database(url).await {
+            let reached = if create {
+                ensure_database(url).await
+            } else {
+                reach(url).await
+            };
+            match reached {
                 Ok(()) => return Ok(url.clone()),
                 Err(MigrateError::Unreachable { at, reason }) => {
                     last = Some(MigrateError::Unreachable { at, reason });
@@ -102,21 +117,38 @@ pub async fn wait_for_any(urls: &[String], timeout: Duration) -> Result<String, 
     }
 }
 
+/// Connects to the database a URL names.
+async fn reach(url: &str) -> Result<(), MigrateError> {
+    let opts = Opts::from_url(url).map_err(|e| MigrateError::Url(e.to_string()))?;
+    let conn = mysql_async::Conn::new(opts)
+        .await
+        .map_err(|e| refused_or_unreachable(url, e))?;
+    let _ = conn.disconnect().await;
+    Ok(())
+}
+
+/// A refusal (credentials, privileges, no such database) is final; anything else
+/// may pass.
+fn refused_or_unreachable(url: &str, e: mysql_async::Error) -> MigrateError {
+    let at = describe(url);
+    let reason = e.to_string();
+    match e {
+        mysql_async::Error::Server(s) if s.code == UNKNOWN_DATABASE => MigrateError::Missing { at },
+        mysql_async::Error::Server(s) if REFUSED.contains(&s.code) => {
+            MigrateError::Refused { at, reason }
+        }
+        _ => MigrateError::Unreachable { at, reason },
+    }
+}
+
 /// `CREATE DATABASE IF NOT EXISTS` through a connection that names no database.
 pub async fn ensure_database(url: &str) -> Result<(), MigrateError> {
     let name = database_name(url)?;
     let opts = Opts::from_url(url).map_err(|e| MigrateError::Url(e.to_string()))?;
     let server_only: Opts = OptsBuilder::from_opts(opts).db_name(None::<String>).into();
-    let conn = mysql_async::Conn::new(server_only).await.map_err(|e| {
-        let at = describe(url);
-        let reason = e.to_string();
-        match e {
-            mysql_async::Error::Server(s) if ACCESS_DENIED.contains(&s.code) => {
-                MigrateError::Refused { at, reason }
-            }
-            _ => MigrateError::Unreachable { at, reason },
-        }
-    })?;
+    let conn = mysql_async::Conn::new(server_only)
+        .await
+        .map_err(|e| refused_or_unreachable(url, e))?;
     let mut conn = AsyncMysqlConnection::try_from(conn).await?;
     conn.batch_execute(&format!(
         "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
@@ -150,17 +182,29 @@ pub async fn run_migrations(url: &str) -> Result<Vec<String>, MigrateError> {
 }
 
 /// The versions of the migrations not yet applied.
+///
+/// It reads diesel's table of applied versions itself: diesel's harness would
+/// first create that table if missing, which takes a CREATE privilege an
+/// account that only serves does not need.
 pub async fn pending(url: &str) -> Result<Vec<String>, MigrateError> {
-    let conn = connect(url).await?;
-    with_harness(conn, |h| {
-        h.pending_migrations(MIGRATIONS).map(|pending| {
-            pending
-                .iter()
-                .map(|m| m.name().version().to_string())
-                .collect()
-        })
-    })
-    .await
+    #[derive(diesel::QueryableByName)]
+    struct Applied {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        version: String,
+    }
+    let mut conn = connect(url).await?;
+    let applied: Vec<Applied> = diesel::sql_query("SELECT version FROM __diesel_schema_migrations")
+        .load(&mut conn)
+        .await
+        .unwrap_or_default();
+    let embedded =
+        diesel::migration::MigrationSource::<diesel::mysql::Mysql>::migrations(&MIGRATIONS)
+            .map_err(|e| MigrateError::Migrations(e.to_string()))?;
+    Ok(embedded
+        .iter()
+        .map(|m| m.name().version().to_string())
+        .filter(|version| !applied.iter().any(|a| a.version == *version))
+        .collect())
 }
 
 type Harness = AsyncConnectionWrapper<AsyncMysqlConnection>;

@@ -40,6 +40,8 @@ const KEEPALIVE: Duration = Duration::from_secs(10);
 const VERIFY_WINDOW: Duration = Duration::from_secs(10);
 /// The longest a ping before use may take.
 const PING_TIMEOUT: Duration = Duration::from_secs(1);
+/// How a connect that timed out is reported.
+const NO_ANSWER: &str = "the database did not answer";
 
 /// How the pool is sized and how long a call may wait for a connection.
 #[derive(Debug, Clone, Copy)]
@@ -187,10 +189,20 @@ pub fn build(urls: &[String], settings: PoolSettings, role: Role, session: &Sess
         let health = pinged.clone();
         async move { ping_if_suspect(conn, &health).await }.boxed()
     }));
+    let opening = health.clone();
     config.custom_setup = Box::new(move |_| {
         let (urls, setup, seen) = (urls.clone(), setup.clone(), seen.clone());
+        let health = opening.clone();
         Box::pin(async move {
-            let (conn, multi_primary) = open_first(&urls, &setup).await?;
+            let opened = open_first(&urls, &setup).await;
+            // A node that accepts TCP but never answers is as silent as a lost
+            // statement: callers stop retrying until one answers.
+            if matches!(&opened, Err(ConnectionError::BadConnection(e)) if e.starts_with(NO_ANSWER))
+            {
+                health.silent.store(true, Ordering::Release);
+                health.suspect();
+            }
+            let (conn, multi_primary) = opened?;
             if multi_primary {
                 seen.store(true, Ordering::Release);
             }
@@ -285,7 +297,7 @@ pub async fn open(url: &str, setup: &Setup) -> Result<(Conn, bool), ConnectionEr
         .await
         .unwrap_or_else(|_| {
             Err(ConnectionError::BadConnection(format!(
-                "no answer within {CONNECT_TIMEOUT:?}"
+                "{NO_ANSWER} within {CONNECT_TIMEOUT:?}"
             )))
         })
 }

@@ -74,7 +74,9 @@ pub fn lock_wait_timeout(row: &'static str) {
     counter!(LOCK_WAIT_TIMEOUTS, "row" => row).increment(1);
 }
 
-/// `reason` is `conflict` (deadlock, certification failure) or `connection`.
+/// `reason` is `conflict` (deadlock, certification failure), `connection` (a
+/// connection lost before COMMIT) or `unsettled` (a COMMIT whose outcome was not
+/// known, settled through the key).
 pub fn retry(reason: &'static str) {
     counter!(RETRIES, "reason" => reason).increment(1);
 }

@@ -30,4 +30,5 @@ mod races;
 mod refunds;
 mod teardown;
 mod transfers;
+mod truthful;
 mod validation;

@@ -11,7 +11,7 @@ use tonic_reflection::pb::v1 as reflection_v1;
 use tonic_reflection::pb::v1alpha as reflection_v1alpha;
 use tonic_types::StatusExt as _;
 
-use crate::support::{Config, TestApp, TestDb, charge, replayed};
+use crate::support::{Config, TestApp, TestDb, charge, replayed, token_line, with_token};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflection_lists_every_service_in_both_versions() {
@@ -72,41 +72,6 @@ async fn reflection_lists_every_service_in_both_versions() {
     let mut names: Vec<_> = list.service.into_iter().map(|s| s.name).collect();
     names.sort();
     assert_eq!(names, expected);
-}
-
-/// A tokens-file line: the client and `printf '%s' token | sha256sum`.
-fn token_line(client: &str, token: &str) -> String {
-    use sha2::Digest as _;
-    use std::fmt::Write as _;
-    let hash = sha2::Sha256::digest(token.as_bytes())
-        .iter()
-        .fold(String::new(), |mut hex, b| {
-            let _ = write!(hex, "{b:02x}");
-            hex
-        });
-    format!("{client} {hash}\n")
-}
-
-/// Sends `authorization: Bearer <token>` with every call.
-#[derive(Clone, Copy)]
-struct Bearer(&'static str);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        let value = format!("Bearer {}", self.0).parse().unwrap();
-        request.metadata_mut().insert("authorization", value);
-        Ok(request)
-    }
-}
-
-fn with_token(
-    channel: Channel,
-    token: &'static str,
-) -> LedgerClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>> {
-    LedgerClient::with_interceptor(channel, Bearer(token))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

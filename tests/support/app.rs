@@ -36,6 +36,7 @@ pub struct Config {
     pub database_url: Option<String>,
     pub session_init: Option<String>,
     pub multi_primary: Option<MultiPrimary>,
+    pub migrate: Option<bool>,
 }
 
 impl Default for Config {
@@ -54,6 +55,7 @@ impl Default for Config {
             database_url: None,
             session_init: None,
             multi_primary: None,
+            migrate: None,
         }
     }
 }
@@ -82,6 +84,9 @@ impl Config {
         }
         if let Some(calls) = self.max_concurrent_calls {
             settings.max_concurrent_calls = calls;
+        }
+        if let Some(migrate) = self.migrate {
+            settings.migrate = migrate;
         }
         settings
     }

@@ -4,7 +4,8 @@
 //! - `app`: service instances in the test process, on random ports;
 //! - `gate`: holding a transaction open before its COMMIT;
 //! - `wire`: request builders, raw replies, the replay marker;
-//! - `process`: the `ledger` binary as separate processes.
+//! - `process`: the `ledger` binary as separate processes;
+//! - `proxy`: a TCP proxy that black-holes the database or cuts a connection.
 //!
 //! Each test binary uses a part of it.
 
@@ -18,6 +19,7 @@
 pub mod app;
 pub mod gate;
 pub mod process;
+pub mod proxy;
 pub mod server;
 pub mod wire;
 
@@ -26,6 +28,6 @@ pub use gate::{Gate, HeldCharge};
 pub use process::{LedgerProcess, free_port, run_ledger, until_health};
 pub use server::{TestDb, assert_each_key_charged_once, server_url};
 pub use wire::{
-    capture, charge, credit, info, place_hold, raw_call, reason, refund, replayed, transfer, void,
-    with_deadline,
+    Bearer, capture, charge, credit, info, place_hold, raw_call, reason, refund, replayed,
+    token_line, transfer, void, with_deadline, with_token,
 };

@@ -86,6 +86,11 @@ impl TestDb {
         Self::on(server_url())
     }
 
+    /// The server's URL, without a database name.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
     /// A database on a given server (a URL without a database name).
     pub fn on(server: String) -> Self {
         let name = format!("ledger_test_{:016x}", rand::random::<u64>());

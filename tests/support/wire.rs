@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bytes::{Buf as _, BufMut as _, Bytes};
 use ledger::proto::pb;
+use ledger::proto::pb::ledger_client::LedgerClient;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 
@@ -167,4 +168,39 @@ pub fn with_deadline<T>(message: T, deadline: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(deadline);
     request
+}
+
+/// A tokens-file line: the client and `printf '%s' token | sha256sum`.
+pub fn token_line(client: &str, token: &str) -> String {
+    use sha2::Digest as _;
+    use std::fmt::Write as _;
+    let hash = sha2::Sha256::digest(token.as_bytes())
+        .iter()
+        .fold(String::new(), |mut hex, b| {
+            let _ = write!(hex, "{b:02x}");
+            hex
+        });
+    format!("{client} {hash}\n")
+}
+
+/// Sends `authorization: Bearer <token>` with every call.
+#[derive(Clone, Copy)]
+pub struct Bearer(pub &'static str);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        let value = format!("Bearer {}", self.0).parse().unwrap();
+        request.metadata_mut().insert("authorization", value);
+        Ok(request)
+    }
+}
+
+pub fn with_token(
+    channel: Channel,
+    token: &'static str,
+) -> LedgerClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>> {
+    LedgerClient::with_interceptor(channel, Bearer(token))
 }
