@@ -82,6 +82,9 @@ scenario "replay, $accounts accounts" "$conc" "$accounts" --scenario replay >>"$
 scenario "storm x4, $accounts accounts" "$conc" "$accounts" --scenario storm --duplicates 4 >>"$results"
 scenario "mixed, $accounts accounts" "$conc" "$accounts" --scenario mixed >>"$results"
 scenario "unique at concurrency 256" 256 "$accounts" --scenario unique >>"$results"
+scenario "transfer, $accounts accounts" "$conc" "$accounts" --scenario transfer >>"$results"
+scenario "hot-merchant, $accounts payers" "$conc" "$accounts" --scenario hot-merchant >>"$results"
+scenario "hold-capture, $accounts accounts" "$conc" "$accounts" --scenario hold-capture >>"$results"
 
 ceilings=$work/ceilings.json
 echo '{}' >"$ceilings"
@@ -123,7 +126,8 @@ unique = next(r["calls_per_second"] for r in results if r["name"].startswith("un
 for r in results:
     hot = "1 hot" in r["name"]
     a = "1" if hot else accounts
-    note = f"  ({r['calls_per_second'] / unique:.2f}x unique)" if r["name"].startswith("replay") else ""
+    relative = ("replay", "hot-merchant", "unique, 1 hot")
+    note = f"  ({r['calls_per_second'] / unique:.2f}x unique)" if r["name"].startswith(relative) else ""
     print(f"{r['name']:<28} {r['calls_per_second']:>8.0f} {ratio(r['calls_per_second'], f'full-transaction/{a}'):>9} "
           f"{ratio(r['calls_per_second'], f'seed-minimal/{a}'):>10} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
           f"{r['peak_rss_mib']:>6.1f} MiB {r['cpu_ms_per_call']:>6.3f} ms  {r['errors'] or ''}{note}")

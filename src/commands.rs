@@ -11,7 +11,7 @@ use tonic_health::pb::health_client::HealthClient;
 use crate::app::Application;
 use crate::config::{AuditArgs, DatabaseArgs, HealthcheckArgs, MigrateArgs, ServeArgs};
 use crate::db::migrate;
-use crate::managed::{ManagedOptions, ManagedServer};
+use crate::tools::managed::{ManagedOptions, ManagedServer};
 
 /// The database the service uses on its private development server.
 const DEV_DATABASE: &str = "ledger";

@@ -48,7 +48,7 @@ pub enum Command {
     /// Check the ledger's invariants on a live database; exit 1 on any violation
     Audit(AuditArgs),
     /// Load a running server over gRPC and report throughput and latency
-    Bench(crate::bench::BenchArgs),
+    Bench(crate::tools::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]

@@ -9,26 +9,28 @@
 //!
 //! Layout, one concern per module:
 //!
-//! - [`ledger`]: the domain (validated values, balance rules, request fingerprints,
-//!   stored outcomes). Knows nothing of tonic or diesel.
-//! - [`db`]: all SQL: the pool, migrations, the exactly-once transaction.
+//! - [`ledger`]: the domain: validated values, one module per operation
+//!   (`ledger::ops`) deciding against the locked rows of a `Book`, request
+//!   fingerprints, stored outcomes. Knows nothing of tonic or diesel.
+//! - [`db`]: all SQL: the pools, migrations, the exactly-once transaction (one
+//!   executor for every operation), the reads.
 //! - [`grpc`]: the tonic service: protobuf in, domain, protobuf out; the one error
 //!   mapping.
 //! - [`call`]: a call's deadline and cancellation, shared by the RPC handler and
 //!   the database task.
 //! - [`error`]: the one error type.
 //! - [`audit`]: the invariants, checked on a live database (`ledger audit`).
-//! - [`bench`]: `ledger bench`, the load generator.
-//! - [`auth`]: optional bearer tokens, and the key namespace per client.
+//! - [`auth`]: optional bearer tokens, the key namespace per client, and the
+//!   methods each client may call.
 //! - [`health`]: the gRPC health status, following the database.
-//! - [`managed`]: a private MySQL-compatible server for development and tests.
+//! - [`tools`]: not the service: `ledger bench`, the load generator, and a
+//!   private MySQL-compatible server for development and tests.
 //! - [`config`], [`telemetry`], [`app`], [`commands`]: flags, logs and metrics,
 //!   building and serving, and the `ledger` subcommands.
 
 pub mod app;
 pub mod audit;
 pub mod auth;
-pub mod bench;
 pub mod call;
 pub mod commands;
 pub mod config;
@@ -37,6 +39,6 @@ pub mod error;
 pub mod grpc;
 pub mod health;
 pub mod ledger;
-pub mod managed;
 pub mod proto;
 pub mod telemetry;
+pub mod tools;

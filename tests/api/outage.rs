@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ledger::managed::{ManagedOptions, ManagedServer};
+use ledger::tools::managed::{ManagedOptions, ManagedServer};
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
 use tokio::time::Instant;

@@ -7,7 +7,11 @@
 //! - `replay`: Charges of keys committed before the measurement, so every call is
 //!   a replay;
 //! - `storm`: every key sent `--duplicates` times at once;
-//! - `mixed`: 70% new Charges, 10% Credits, 10% replays, 10% GetAccount.
+//! - `mixed`: 70% new Charges, 10% Credits, 10% replays, 10% GetAccount;
+//! - `transfer`: Transfers between random pairs of accounts;
+//! - `hot-merchant`: every account pays the first one (a merchant every customer
+//!   pays: one hot account receiving every transfer);
+//! - `hold-capture`: a PlaceHold, then its CaptureHold (each call counted).
 //!
 //! Accounts are opened and funded with fixed keys, so a second run replays its
 //! set-up instead of repeating it. With `--database-url`, the run ends with a
@@ -40,6 +44,9 @@ pub enum Scenario {
     Replay,
     Storm,
     Mixed,
+    Transfer,
+    HotMerchant,
+    HoldCapture,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -72,13 +79,16 @@ pub struct BenchArgs {
     pub database_url: Option<String>,
 }
 
-/// What one call did.
+/// What one operation of a worker does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     Charge,
     Credit,
     Replay,
     Read,
+    /// To this account.
+    Transfer(u64),
+    HoldCapture,
 }
 
 /// What the workers saw, merged.
@@ -87,8 +97,8 @@ struct Tally {
     latency: Histogram<u64>,
     errors: BTreeMap<String, u64>,
     calls: u64,
-    /// Keys that took effect, with their signed amount per account.
-    effects: HashMap<String, (u64, i64)>,
+    /// Keys that took effect, with the entries they wrote: (account, signed amount).
+    effects: HashMap<String, Vec<(u64, i64)>>,
 }
 
 impl Tally {
@@ -304,14 +314,17 @@ async fn worker(
     while Instant::now() < stop_at {
         n += 1;
         let key = format!("{}-{id}-{n}", plan.run_id);
-        let (op, copies) = choose(&plan);
-        let account = pick(&plan.accounts)?;
+        let (op, copies) = choose(&plan)?;
+        let account = match op {
+            Op::Transfer(to) => pick_other(&plan.accounts, to)?,
+            _ => pick(&plan.accounts)?,
+        };
         let amount = 1 + rand::random_range(0..100_i64);
         let started = Instant::now();
-        let calls = (0..copies).map(|_| one_call(client.clone(), &plan, op, &key, account, amount));
+        let calls = (0..copies).map(|_| one_op(client.clone(), &plan, op, &key, account, amount));
         let answers = futures::future::join_all(calls).await;
         let measured = started >= measure_from;
-        for (answer, took) in answers {
+        for (answer, took) in answers.into_iter().flatten() {
             if measured {
                 tally.calls += 1;
                 tally
@@ -319,16 +332,10 @@ async fn worker(
                     .saturating_record(u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1));
             }
             match answer {
-                Ok(()) => {
-                    let effect = match op {
-                        Op::Charge => Some(-amount),
-                        Op::Credit => Some(amount),
-                        Op::Replay | Op::Read => None,
-                    };
-                    if let Some(delta) = effect {
-                        tally.effects.insert(key.clone(), (account, delta));
-                    }
+                Ok(Some((key, entries))) => {
+                    tally.effects.insert(key, entries);
                 }
+                Ok(None) => {}
                 Err(code) => {
                     *tally.errors.entry(format!("{code:?}")).or_default() += u64::from(measured);
                 }
@@ -338,8 +345,8 @@ async fn worker(
     Ok(tally)
 }
 
-fn choose(plan: &Plan) -> (Op, u64) {
-    match plan.scenario {
+fn choose(plan: &Plan) -> anyhow::Result<(Op, u64)> {
+    Ok(match plan.scenario {
         Scenario::Unique => (Op::Charge, 1),
         Scenario::Replay => (Op::Replay, 1),
         Scenario::Storm => (Op::Charge, plan.duplicates),
@@ -349,33 +356,62 @@ fn choose(plan: &Plan) -> (Op, u64) {
             2 => (Op::Read, 1),
             _ => (Op::Charge, 1),
         },
-    }
+        Scenario::Transfer => (Op::Transfer(pick(&plan.accounts)?), 1),
+        Scenario::HotMerchant => {
+            let merchant = plan.accounts.first().copied().context("no accounts")?;
+            (Op::Transfer(merchant), 1)
+        }
+        Scenario::HoldCapture => (Op::HoldCapture, 1),
+    })
 }
 
-async fn one_call(
+/// An account other than `not` (itself when it is the only one).
+fn pick_other(accounts: &[u64], not: u64) -> anyhow::Result<u64> {
+    for _ in 0..64 {
+        let account = pick(accounts)?;
+        if account != not {
+            return Ok(account);
+        }
+    }
+    accounts
+        .iter()
+        .copied()
+        .find(|a| *a != not)
+        .context("a transfer needs two accounts")
+}
+
+/// A call's answer: on success, the key it took effect under and the entries it
+/// wrote, if any.
+type Answer = Result<Option<(String, Vec<(u64, i64)>)>, Code>;
+
+/// One operation: one call, or a hold and its capture.
+async fn one_op(
     mut client: LedgerClient<Channel>,
     plan: &Plan,
     op: Op,
     key: &str,
     account: u64,
     amount: i64,
-) -> (Result<(), Code>, Duration) {
+) -> Vec<(Answer, Duration)> {
+    let timed = |started: Instant, answer: Answer| (answer, started.elapsed());
     let started = Instant::now();
-    let answer = match op {
-        Op::Charge => client
-            .charge(charge(key.to_owned(), account, amount))
-            .await
-            .map(drop),
-        Op::Credit => client
-            .credit(pb::CreditRequest {
+    let effect = |entries: Vec<(u64, i64)>| Some((key.to_owned(), entries));
+    match op {
+        Op::Charge => {
+            let answer = client.charge(charge(key.to_owned(), account, amount)).await;
+            vec![timed(started, answer.map(|_| effect(vec![(account, -amount)])).map_err(|s| s.code()))]
+        }
+        Op::Credit => {
+            let request = pb::CreditRequest {
                 idempotency_key: key.to_owned(),
                 account_id: account,
                 amount,
                 currency: "USD".into(),
                 description: String::new(),
-            })
-            .await
-            .map(drop),
+            };
+            let answer = client.credit(request).await;
+            vec![timed(started, answer.map(|_| effect(vec![(account, amount)])).map_err(|s| s.code()))]
+        }
         Op::Replay => {
             use rand::seq::IndexedRandom as _;
             let request = plan
@@ -383,16 +419,69 @@ async fn one_call(
                 .choose(&mut rand::rng())
                 .cloned()
                 .unwrap_or_default();
-            client.charge(request).await.map(drop)
+            let answer = client.charge(request).await;
+            vec![timed(started, answer.map(|_| None).map_err(|s| s.code()))]
         }
-        Op::Read => client
-            .get_account(pb::GetAccountRequest {
+        Op::Read => {
+            let request = pb::GetAccountRequest {
                 account_id: account,
-            })
-            .await
-            .map(drop),
+            };
+            let answer = client.get_account(request).await;
+            vec![timed(started, answer.map(|_| None).map_err(|s| s.code()))]
+        }
+        Op::Transfer(to) => {
+            let request = pb::TransferRequest {
+                idempotency_key: key.to_owned(),
+                from_account_id: account,
+                to_account_id: to,
+                amount,
+                currency: "USD".into(),
+                description: String::new(),
+            };
+            let answer = client.transfer(request).await;
+            let entries = vec![(account, -amount), (to, amount)];
+            vec![timed(started, answer.map(|_| effect(entries)).map_err(|s| s.code()))]
+        }
+        Op::HoldCapture => hold_then_capture(client, key, account, amount).await,
+    }
+}
+
+async fn hold_then_capture(
+    mut client: LedgerClient<Channel>,
+    key: &str,
+    account: u64,
+    amount: i64,
+) -> Vec<(Answer, Duration)> {
+    let started = Instant::now();
+    let place = pb::PlaceHoldRequest {
+        idempotency_key: format!("{key}-hold"),
+        account_id: account,
+        amount,
+        currency: "USD".into(),
+        description: String::new(),
+        ttl: Some(prost_types::Duration {
+            seconds: 600,
+            nanos: 0,
+        }),
     };
-    (answer.map_err(|s| s.code()), started.elapsed())
+    let held = client.place_hold(place).await;
+    let placed = (held.as_ref().map(|_| None).map_err(tonic::Status::code), started.elapsed());
+    let Ok(Some(reserved)) = held.map(|r| r.into_inner().hold) else {
+        return vec![placed];
+    };
+    let started = Instant::now();
+    let capture = pb::CaptureHoldRequest {
+        idempotency_key: format!("{key}-capture"),
+        hold_id: reserved.hold_id,
+        amount,
+        description: String::new(),
+    };
+    let captured = client
+        .capture_hold(capture)
+        .await
+        .map(|_| Some((format!("{key}-capture"), vec![(account, -amount)])))
+        .map_err(|s| s.code());
+    vec![placed, (captured, started.elapsed())]
 }
 
 /// The numbers of a run.
@@ -508,13 +597,14 @@ async fn check(
         )
         .await?
         .unwrap_or(0);
-    let expected = u64::try_from(tally.effects.len() + plan.replayable.len())?;
+    let written: usize = tally.effects.values().map(Vec::len).sum();
+    let expected = u64::try_from(written + plan.replayable.len())?;
     anyhow::ensure!(
         entries == expected,
         "the journal holds {entries} entries of this run, the successful calls imply {expected}"
     );
     let mut implied: HashMap<u64, i64> = HashMap::new();
-    for (account, delta) in tally.effects.values() {
+    for (account, delta) in tally.effects.values().flatten() {
         *implied.entry(*account).or_default() += delta;
     }
     let _ = conn.disconnect().await;
