@@ -422,6 +422,7 @@ ensure_tools
 mkdir -p "$RUN"
 exec 9>"$RUN.lock"
 flock -w 900 9 || fail "another docker-check holds $RUN.lock"
+rm -rf /var/tmp/ledger-docker-check.*   # a killed run's (the lock is ours)
 WORK=$(mktemp -d /var/tmp/ledger-docker-check.XXXXXX)
 mkdir "$WORK/bin"
 ln -s "$DOCKER" "$WORK/bin/docker"
