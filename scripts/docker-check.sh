@@ -213,14 +213,18 @@ BOOKWORM_SOURCES=(
   "deb $SECURITY_MIRROR bookworm-security main"
 )
 
-# mmdebstrap SUITE TAG KEY [DOCKER-IMPORT --change ...] -- [MMDEBSTRAP ARGS...]
+# import_rootfs TAG KEY [IMAGE-CONFIG...] -- MMDEBSTRAP-ARGS...: a Debian made by
+# mmdebstrap as image TAG, with `docker import --change` IMAGE-CONFIG. Tagged only
+# once whole: a run cut short must not leave a half-made image that looks fresh.
 import_rootfs() {
   local tag=$1 key=$2; shift 2
-  local changes=()
+  local changes=() incoming=ledger-docker-check/incoming
   while [ "$1" != -- ]; do changes+=(--change "$1"); shift; done
   shift
   mmdebstrap --quiet --variant=minbase --format=tar "${SLIM[@]}" "$@" \
-    | "$DOCKER" import --change "LABEL ledger.docker-check.key=$key" "${changes[@]}" - "$tag" >/dev/null
+    | "$DOCKER" import --change "LABEL ledger.docker-check.key=$key" "${changes[@]}" - "$incoming" >/dev/null
+  "$DOCKER" tag "$incoming" "$tag"
+  "$DOCKER" rmi "$incoming" >/dev/null
 }
 
 make_debian() {
@@ -302,7 +306,8 @@ base_images() {
     mark "$RUST_IMAGE" "$t"
   fi
 
-  key=$(printf '%s\n' "$(declare -f make_mysql import_rootfs)" "${SLIM[@]}" | cat - scripts/docker-ci/mysql-entrypoint.sh | key_of)
+  key=$(printf '%s\n' "$(declare -f make_mysql import_rootfs)" "${SLIM[@]}" "$MIRROR" \
+          | cat - scripts/docker-ci/mysql-entrypoint.sh | key_of)
   if ! fresh mysql:8.4 "$key"; then
     log "making mysql:8.4 from Debian sid's MySQL server"
     local t=$SECONDS
