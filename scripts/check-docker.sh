@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Checks what can be checked of the Docker files without a Docker engine:
+# Static checks of the Docker files, which need no Docker engine. CI also builds the
+# image and runs the compose file on one (scripts/docker-check.sh); these check what
+# that run does not show, or shows only with its stand-in base images:
 # - the Dockerfile builds with exactly `cargo build --release --locked`, and that
 #   command succeeds here (its binary is the one the image ships);
 # - every file the Dockerfile COPYs from the context exists;
