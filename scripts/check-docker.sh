@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Checks what can be checked of the Docker files without a Docker engine:
+# Static checks of the Docker files, which need no Docker engine. CI also builds the
+# image and runs the compose file on one (scripts/docker-check.sh); these check what
+# that run does not show, or shows only with its stand-in base images:
 # - the Dockerfile builds with exactly `cargo build --release --locked`, and that
 #   command succeeds here (its binary is the one the image ships);
 # - every file the Dockerfile COPYs from the context exists;
 # - every LEDGER_* setting in the Dockerfile and docker-compose.yml is one that
 #   `ledger serve --help` documents, and the compose file has the shape the README
-#   promises (MySQL 8.4 with a healthcheck, the ledger waiting for it).
+#   promises (MySQL 8.4 with a healthcheck, the ledger waiting for it, 50051 and
+#   9090 published unless told otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +50,10 @@ assert "test" in mysql["healthcheck"], "mysql needs a healthcheck"
 assert ledger["depends_on"]["mysql"]["condition"] == "service_healthy"
 url = ledger["environment"]["LEDGER_DATABASE_URL"]
 assert url.startswith("mysql://") and "@mysql:3306/" in url, url
+# CI publishes on ports of its own; by default they are the documented ones.
+import re
+ports = [re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", p) for p in ledger["ports"]]
+assert ports == ["50051:50051", "9090:9090"], ports
 print("docker-compose.yml: ok")
 PY
 echo "Dockerfile: ok"
