@@ -27,6 +27,8 @@ use crate::ledger::{AccountId, EntryId, HoldId};
 
 /// Ids per block: one allocation (a durable commit) per this many rows.
 pub(crate) const BLOCK: u64 = 1000;
+/// Blocks one reservation may take before it gives up.
+const MAX_BLOCKS_PER_RESERVATION: usize = 3;
 /// Attempts at taking a block when a cluster reports a conflict.
 const BLOCK_ATTEMPTS: u32 = 5;
 /// The longest one attempt may take: two statements on a pooled connection.
@@ -88,29 +90,28 @@ impl Ids {
 
     /// Puts back ids reserved but not used, to be handed out first.
     pub(crate) fn give_back(&self, unused: &NewIds) {
-        let Ok(mut free) = self.free.lock() else {
-            return;
-        };
-        let mut put = |kind, ids: Vec<u64>| {
-            for id in ids.into_iter().rev() {
-                free.of(kind).push_front(id..id + 1);
+        let accounts: Vec<u64> = unused.accounts.iter().map(|i| i.get()).collect();
+        let entries: Vec<u64> = unused.entries.iter().map(|i| i.get()).collect();
+        let holds: Vec<u64> = unused.holds.iter().map(|i| i.get()).collect();
+        self.give_back_raw(Kind::Accounts, &accounts);
+        self.give_back_raw(Kind::Entries, &entries);
+        self.give_back_raw(Kind::Holds, &holds);
+    }
+
+    fn give_back_raw(&self, kind: Kind, ids: &[u64]) {
+        if let Ok(mut free) = self.free.lock() {
+            for id in ids.iter().rev() {
+                free.of(kind).push_front(*id..*id + 1);
             }
-        };
-        put(
-            Kind::Accounts,
-            unused.accounts.iter().map(|i| i.get()).collect(),
-        );
-        put(
-            Kind::Entries,
-            unused.entries.iter().map(|i| i.get()).collect(),
-        );
-        put(Kind::Holds, unused.holds.iter().map(|i| i.get()).collect());
+        }
     }
 
     async fn take(&self, kind: Kind, n: usize, pool: &Pool) -> Result<Vec<u64>, Failure> {
         let mut taken = Vec::with_capacity(n);
-        loop {
-            self.take_free(kind, n - taken.len(), &mut taken);
+        // One block covers any call; a second, a reservation that a block's
+        // end splits. More means blocks are being taken by others as fast.
+        for _ in 0..MAX_BLOCKS_PER_RESERVATION {
+            self.take_free(kind, n, &mut taken);
             if taken.len() == n {
                 return Ok(taken);
             }
@@ -121,8 +122,18 @@ impl Ids {
                 free.of(kind).push_back(block);
             }
         }
+        self.take_free(kind, n, &mut taken);
+        if taken.len() == n {
+            return Ok(taken);
+        }
+        self.give_back_raw(kind, &taken);
+        Err(Failure::Final(Error::unavailable(format!(
+            "no {} ids after taking {MAX_BLOCKS_PER_RESERVATION} blocks",
+            kind.row()
+        ))))
     }
 
+    /// Moves free ids into `into` until it holds `n`.
     fn take_free(&self, kind: Kind, n: usize, into: &mut Vec<u64>) {
         let Ok(mut free) = self.free.lock() else {
             return;
@@ -147,6 +158,27 @@ fn ids<T>(raw: Vec<u64>, wrap: fn(NonZeroU64) -> T) -> VecDeque<T> {
         .filter_map(NonZeroU64::new)
         .map(wrap)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reservation_spans_the_end_of_a_block() {
+        let ids = Ids::default();
+        if let Ok(mut free) = ids.free.lock() {
+            free.entries.push_back(1..2);
+            free.entries.push_back(7..9);
+        }
+        let mut taken = vec![];
+        ids.take_free(Kind::Entries, 2, &mut taken);
+        assert_eq!(taken, [1, 7]);
+        ids.take_free(Kind::Entries, 3, &mut taken);
+        assert_eq!(taken, [1, 7, 8]);
+        ids.take_free(Kind::Entries, 4, &mut taken);
+        assert_eq!(taken, [1, 7, 8], "nothing left");
+    }
 }
 
 #[derive(QueryableByName)]

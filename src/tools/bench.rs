@@ -399,7 +399,12 @@ async fn one_op(
     match op {
         Op::Charge => {
             let answer = client.charge(charge(key.to_owned(), account, amount)).await;
-            vec![timed(started, answer.map(|_| effect(vec![(account, -amount)])).map_err(|s| s.code()))]
+            vec![timed(
+                started,
+                answer
+                    .map(|_| effect(vec![(account, -amount)]))
+                    .map_err(|s| s.code()),
+            )]
         }
         Op::Credit => {
             let request = pb::CreditRequest {
@@ -410,7 +415,12 @@ async fn one_op(
                 description: String::new(),
             };
             let answer = client.credit(request).await;
-            vec![timed(started, answer.map(|_| effect(vec![(account, amount)])).map_err(|s| s.code()))]
+            vec![timed(
+                started,
+                answer
+                    .map(|_| effect(vec![(account, amount)]))
+                    .map_err(|s| s.code()),
+            )]
         }
         Op::Replay => {
             use rand::seq::IndexedRandom as _;
@@ -440,7 +450,10 @@ async fn one_op(
             };
             let answer = client.transfer(request).await;
             let entries = vec![(account, -amount), (to, amount)];
-            vec![timed(started, answer.map(|_| effect(entries)).map_err(|s| s.code()))]
+            vec![timed(
+                started,
+                answer.map(|_| effect(entries)).map_err(|s| s.code()),
+            )]
         }
         Op::HoldCapture => hold_then_capture(client, key, account, amount).await,
     }
@@ -465,7 +478,10 @@ async fn hold_then_capture(
         }),
     };
     let held = client.place_hold(place).await;
-    let placed = (held.as_ref().map(|_| None).map_err(tonic::Status::code), started.elapsed());
+    let placed = (
+        held.as_ref().map(|_| None).map_err(tonic::Status::code),
+        started.elapsed(),
+    );
     let Ok(Some(reserved)) = held.map(|r| r.into_inner().hold) else {
         return vec![placed];
     };

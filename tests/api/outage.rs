@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ledger::tools::managed::{ManagedOptions, ManagedServer};
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
+use ledger::tools::managed::{ManagedOptions, ManagedServer};
 use tokio::time::Instant;
 use tonic::Code;
 use tonic::transport::Channel;

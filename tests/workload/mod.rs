@@ -1,7 +1,8 @@
-//! The clients of the chaos and cluster suites: a seeded stream of Credits and
-//! Charges over a few accounts, each operation with its own key, retried with the
-//! same key until it gets a final answer, some sent to several instances at once;
-//! and the check that the ledger agrees with what they saw.
+//! The clients of the chaos and cluster suites: a seeded stream of operations
+//! over a few accounts (Credits, Charges, Transfers, Refunds of the client's own
+//! charges, and holds placed then captured or voided), each with its own key,
+//! retried with the same key until it gets a final answer, some sent to several
+//! instances at once; and the check that the ledger agrees with what they saw.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,15 +32,38 @@ pub struct Counters {
     pub declined: AtomicU64,
 }
 
+/// One entry an operation wrote, as its reply named it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Posted {
+    pub account: u64,
+    pub delta: i64,
+    pub entry_id: u64,
+}
+
 /// A key's final answer, as the clients saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Final {
-    Posted {
-        account: u64,
-        delta: i64,
-        entry_id: u64,
+    /// Credit, Charge, Transfer, Refund, CaptureHold: the entries written.
+    Posted(Vec<Posted>),
+    /// PlaceHold.
+    Held {
+        hold_id: u64,
     },
+    /// VoidHold.
+    Voided,
     Declined(Code),
+}
+
+/// One keyed request of the workload.
+#[derive(Debug, Clone)]
+enum Request {
+    Credit(pb::CreditRequest),
+    Charge(pb::ChargeRequest),
+    Transfer(pb::TransferRequest),
+    Refund(pb::RefundRequest),
+    PlaceHold(pb::PlaceHoldRequest),
+    CaptureHold(pb::CaptureHoldRequest),
+    VoidHold(pb::VoidHoldRequest),
 }
 
 impl Counters {
@@ -98,6 +122,15 @@ pub async fn open_accounts(channel: &Channel) -> Vec<u64> {
     ids
 }
 
+/// What one client remembers between its operations.
+#[derive(Default)]
+struct Memory {
+    /// Its charges and captures with what is left to refund: (entry, left).
+    refundable: Vec<(u64, i64)>,
+    /// Its holds still held: (hold, account, amount).
+    held: Vec<(u64, u64, i64)>,
+}
+
 /// One client: a seeded stream of operations, each retried until final.
 async fn client(
     seed: u64,
@@ -109,13 +142,12 @@ async fn client(
 ) -> BTreeMap<String, Final> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut finals = BTreeMap::new();
+    let mut memory = Memory::default();
     let mut n = 0_u64;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
         let key = format!("c{id}-{n}");
-        let account = accounts[rng.random_range(0..accounts.len())];
-        let amount = rng.random_range(1..=400_i64);
-        let credit = rng.random_bool(0.45);
+        let request = next_request(&mut rng, &key, &accounts, &mut memory);
         let copies = if rng.random_bool(0.15) {
             rng.random_range(2..=3)
         } else {
@@ -124,15 +156,7 @@ async fn client(
         let first = rng.random_range(0..channels.len());
         let answers = futures::future::join_all((0..copies).map(|copy| {
             let channel = channels[(first + copy) % channels.len()].clone();
-            settle(
-                channel,
-                channels.clone(),
-                key.clone(),
-                account,
-                amount,
-                credit,
-                counters.clone(),
-            )
+            settle(channel, channels.clone(), request.clone(), counters.clone())
         }))
         .await;
         assert!(
@@ -146,68 +170,95 @@ async fn client(
         if matches!(answers[0], Final::Declined(_)) {
             counters.declined.fetch_add(1, Ordering::Relaxed);
         }
+        remember(&mut memory, &request, &answers[0]);
         finals.insert(key, answers[0].clone());
     }
     finals
 }
 
-/// Sends one operation until it gets a final answer, moving to the next instance
+/// The next operation: mostly credits, charges and transfers; refunds of the
+/// client's own charges; holds, and the capture or void of one still held.
+fn next_request(rng: &mut StdRng, key: &str, accounts: &[u64], memory: &mut Memory) -> Request {
+    let account = accounts[rng.random_range(0..accounts.len())];
+    let amount = rng.random_range(1..=400_i64);
+    let idempotency_key = key.to_owned();
+    match rng.random_range(0..100) {
+        0..30 => Request::Credit(support::credit(key, account, amount)),
+        30..58 => Request::Charge(support::charge(key, account, amount)),
+        58..76 => {
+            let to = accounts[(accounts.iter().position(|a| *a == account).unwrap_or(0)
+                + rng.random_range(1..accounts.len()))
+                % accounts.len()];
+            Request::Transfer(support::transfer(key, account, to, amount))
+        }
+        76..84 if !memory.refundable.is_empty() => {
+            let i = rng.random_range(0..memory.refundable.len());
+            let (entry_id, left) = memory.refundable[i];
+            Request::Refund(pb::RefundRequest {
+                idempotency_key,
+                entry_id,
+                amount: rng.random_range(1..=left),
+                description: "chaos refund".into(),
+            })
+        }
+        84..92 if !memory.held.is_empty() => {
+            let (hold_id, _, held) = memory
+                .held
+                .swap_remove(rng.random_range(0..memory.held.len()));
+            if rng.random_bool(0.6) {
+                Request::CaptureHold(support::capture(key, hold_id, rng.random_range(1..=held)))
+            } else {
+                Request::VoidHold(support::void(key, hold_id))
+            }
+        }
+        _ => Request::PlaceHold(support::place_hold(
+            key,
+            account,
+            amount,
+            Duration::from_secs(3600),
+        )),
+    }
+}
+
+fn remember(memory: &mut Memory, request: &Request, answer: &Final) {
+    match (request, answer) {
+        (Request::Charge(_) | Request::CaptureHold(_), Final::Posted(entries)) => {
+            let e = entries[0];
+            memory.refundable.push((e.entry_id, -e.delta));
+        }
+        (Request::Refund(r), Final::Posted(_)) => {
+            if let Some(slot) = memory.refundable.iter_mut().find(|(e, _)| *e == r.entry_id) {
+                slot.1 -= r.amount;
+            }
+            memory.refundable.retain(|(_, left)| *left > 0);
+        }
+        (Request::Refund(r), Final::Declined(_)) => {
+            memory.refundable.retain(|(e, _)| *e != r.entry_id);
+        }
+        (Request::PlaceHold(r), Final::Held { hold_id }) => {
+            memory.held.push((*hold_id, r.account_id, r.amount));
+        }
+        _ => {}
+    }
+}
+
+/// Sends one request until it gets a final answer, moving to the next instance
 /// after each failure.
 async fn settle(
     first: Channel,
     channels: Vec<Channel>,
-    key: String,
-    account: u64,
-    amount: i64,
-    credit: bool,
+    request: Request,
     counters: Arc<Counters>,
 ) -> Final {
     let mut channel = first;
     let mut next = 0;
     loop {
-        let answer = if credit {
-            let mut request = tonic::Request::new(pb::CreditRequest {
-                idempotency_key: key.clone(),
-                account_id: account,
-                amount,
-                currency: "USD".into(),
-                description: String::new(),
-            });
-            request.set_timeout(CALL_DEADLINE);
-            LedgerClient::new(channel.clone())
-                .credit(request)
-                .await
-                .map(|r| r.into_inner().entry)
-        } else {
-            let mut request = tonic::Request::new(support::charge(&key, account, amount));
-            request.set_timeout(CALL_DEADLINE);
-            LedgerClient::new(channel.clone())
-                .charge(request)
-                .await
-                .map(|r| r.into_inner().entry)
-        };
-        match answer {
-            Ok(entry) => {
-                let entry = entry.expect("a reply has its entry");
-                assert_eq!(
-                    (
-                        entry.account_id,
-                        entry.amount,
-                        entry.idempotency_key.as_str()
-                    ),
-                    (account, amount, key.as_str())
-                );
-                let delta = if credit { amount } else { -amount };
-                return Final::Posted {
-                    account,
-                    delta,
-                    entry_id: entry.entry_id,
-                };
-            }
+        match send(channel.clone(), &request).await {
+            Ok(answer) => return answer,
             Err(status) if matches!(status.code(), Code::FailedPrecondition | Code::NotFound) => {
                 assert!(
-                    !credit || status.code() != Code::NotFound,
-                    "{key}: {status:?}"
+                    !matches!(request, Request::Credit(_)) || status.code() != Code::NotFound,
+                    "{request:?}: {status:?}"
                 );
                 return Final::Declined(status.code());
             }
@@ -221,7 +272,7 @@ async fn settle(
                             | Code::Cancelled
                             | Code::Unknown
                     ),
-                    "{key}: not a retryable answer: {status:?}"
+                    "{request:?}: not a retryable answer: {status:?}"
                 );
                 counters.retries.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -232,45 +283,130 @@ async fn settle(
     }
 }
 
+fn timed<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(CALL_DEADLINE);
+    request
+}
+
+fn posted(entry: Option<pb::Entry>) -> Posted {
+    let e = entry.expect("a reply has its entry");
+    let takes = matches!(
+        e.kind(),
+        pb::EntryKind::Charge | pb::EntryKind::TransferOut | pb::EntryKind::Capture
+    );
+    Posted {
+        account: e.account_id,
+        delta: if takes { -e.amount } else { e.amount },
+        entry_id: e.entry_id,
+    }
+}
+
+/// One attempt at a request, its reply checked against the request.
+async fn send(channel: Channel, request: &Request) -> Result<Final, tonic::Status> {
+    let mut client = LedgerClient::new(channel);
+    Ok(match request.clone() {
+        Request::Credit(r) => {
+            let e = posted(client.credit(timed(r.clone())).await?.into_inner().entry);
+            assert_eq!((e.account, e.delta), (r.account_id, r.amount));
+            Final::Posted(vec![e])
+        }
+        Request::Charge(r) => {
+            let e = posted(client.charge(timed(r.clone())).await?.into_inner().entry);
+            assert_eq!((e.account, e.delta), (r.account_id, -r.amount));
+            Final::Posted(vec![e])
+        }
+        Request::Transfer(r) => {
+            let reply = client.transfer(timed(r.clone())).await?.into_inner();
+            let (out, into) = (posted(reply.debit), posted(reply.credit));
+            assert_eq!((out.account, out.delta), (r.from_account_id, -r.amount));
+            assert_eq!((into.account, into.delta), (r.to_account_id, r.amount));
+            Final::Posted(vec![out, into])
+        }
+        Request::Refund(r) => {
+            let e = posted(client.refund(timed(r.clone())).await?.into_inner().entry);
+            assert_eq!(e.delta, r.amount);
+            Final::Posted(vec![e])
+        }
+        Request::PlaceHold(r) => {
+            let hold = client
+                .place_hold(timed(r))
+                .await?
+                .into_inner()
+                .hold
+                .unwrap();
+            Final::Held {
+                hold_id: hold.hold_id,
+            }
+        }
+        Request::CaptureHold(r) => {
+            let reply = client.capture_hold(timed(r.clone())).await?.into_inner();
+            assert_eq!(reply.hold.unwrap().captured_amount, r.amount);
+            Final::Posted(vec![posted(reply.entry)])
+        }
+        Request::VoidHold(r) => {
+            client.void_hold(timed(r)).await?;
+            Final::Voided
+        }
+    })
+}
+
+/// The audit passes, every key the clients saw take effect wrote exactly the
+/// entries its reply named and no declined key wrote any, every hold they saw
+/// placed exists, and every balance equals the clients' model.
 pub async fn verify(db: &TestDb, accounts: &[u64], finals: &BTreeMap<String, Final>) {
     let report = ledger::audit::audit(&db.url).await.unwrap();
     assert!(report.passed(), "{report}");
 
     let mut conn = db.sql().await;
-    let entries: Vec<(Vec<u8>, u64)> = conn
-        .query("SELECT idempotency_key, entry_id FROM entries WHERE idempotency_key LIKE 'c%'")
+    let rows: Vec<(Vec<u8>, u64)> = conn
+        .query(
+            "SELECT idempotency_key, entry_id FROM entries WHERE idempotency_key LIKE 'c%' \
+             ORDER BY idempotency_key, leg",
+        )
         .await
         .unwrap();
-    let entries: BTreeMap<String, u64> = entries
+    let mut entries: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (key, id) in rows {
+        entries
+            .entry(String::from_utf8(key).unwrap())
+            .or_default()
+            .push(id);
+    }
+    let holds: Vec<(Vec<u8>, u64)> = conn
+        .query("SELECT idempotency_key, hold_id FROM holds WHERE idempotency_key LIKE 'c%'")
+        .await
+        .unwrap();
+    let holds: BTreeMap<String, u64> = holds
         .into_iter()
         .map(|(k, id)| (String::from_utf8(k).unwrap(), id))
         .collect();
     let mut model: BTreeMap<u64, i64> = accounts.iter().map(|a| (*a, OPENING_BALANCE)).collect();
+    let mut posted_keys = 0;
     for (key, answer) in finals {
         match answer {
-            Final::Posted {
-                account,
-                delta,
-                entry_id,
-            } => {
-                assert_eq!(
-                    entries.get(key),
-                    Some(entry_id),
-                    "{key} succeeded: its entry"
-                );
-                *model.get_mut(account).unwrap() += delta;
+            Final::Posted(written) => {
+                let ids: Vec<u64> = written.iter().map(|p| p.entry_id).collect();
+                assert_eq!(entries.get(key), Some(&ids), "{key} succeeded: its entries");
+                for p in written {
+                    *model.get_mut(&p.account).unwrap() += p.delta;
+                }
+                posted_keys += 1;
             }
+            Final::Held { hold_id } => {
+                assert_eq!(holds.get(key), Some(hold_id), "{key}: its hold");
+            }
+            Final::Voided => assert_eq!(entries.get(key), None, "{key}: a void writes no entry"),
             Final::Declined(_) => {
                 assert_eq!(entries.get(key), None, "{key} was declined: no entry");
+                assert_eq!(holds.get(key), None, "{key} was declined: no hold");
             }
         }
     }
     assert_eq!(
         entries.len(),
-        finals
-            .values()
-            .filter(|f| matches!(f, Final::Posted { .. }))
-            .count()
+        posted_keys,
+        "no entry of a key not seen to succeed"
     );
     for (account, expected) in model {
         assert_eq!(db.balance(account).await, expected, "account {account}");
