@@ -30,6 +30,10 @@ pub struct Counters {
     pub duplicated_ops: AtomicU64,
     pub retries: AtomicU64,
     pub declined: AtomicU64,
+    pub transfers: AtomicU64,
+    pub refunds: AtomicU64,
+    /// Holds placed, captured or voided.
+    pub holds: AtomicU64,
 }
 
 /// One entry an operation wrote, as its reply named it.
@@ -69,8 +73,12 @@ enum Request {
 impl Counters {
     pub fn summary(&self) -> String {
         format!(
-            "{} operations ({} sent to several instances at once, {} declined), {} client retries",
+            "{} operations ({} transfers, {} refunds, {} hold placements and resolutions; {} sent \
+             to several instances at once, {} declined), {} client retries",
             self.ops.load(Ordering::Relaxed),
+            self.transfers.load(Ordering::Relaxed),
+            self.refunds.load(Ordering::Relaxed),
+            self.holds.load(Ordering::Relaxed),
             self.duplicated_ops.load(Ordering::Relaxed),
             self.declined.load(Ordering::Relaxed),
             self.retries.load(Ordering::Relaxed),
@@ -170,6 +178,17 @@ async fn client(
         if matches!(answers[0], Final::Declined(_)) {
             counters.declined.fetch_add(1, Ordering::Relaxed);
         }
+        let kind = match request {
+            Request::Transfer(_) => Some(&counters.transfers),
+            Request::Refund(_) => Some(&counters.refunds),
+            Request::PlaceHold(_) | Request::CaptureHold(_) | Request::VoidHold(_) => {
+                Some(&counters.holds)
+            }
+            Request::Credit(_) | Request::Charge(_) => None,
+        };
+        if let Some(kind) = kind {
+            kind.fetch_add(1, Ordering::Relaxed);
+        }
         remember(&mut memory, &request, &answers[0]);
         finals.insert(key, answers[0].clone());
     }
@@ -183,15 +202,15 @@ fn next_request(rng: &mut StdRng, key: &str, accounts: &[u64], memory: &mut Memo
     let amount = rng.random_range(1..=400_i64);
     let idempotency_key = key.to_owned();
     match rng.random_range(0..100) {
-        0..30 => Request::Credit(support::credit(key, account, amount)),
-        30..58 => Request::Charge(support::charge(key, account, amount)),
-        58..76 => {
+        0..22 => Request::Credit(support::credit(key, account, amount)),
+        22..54 => Request::Charge(support::charge(key, account, amount)),
+        54..72 => {
             let to = accounts[(accounts.iter().position(|a| *a == account).unwrap_or(0)
                 + rng.random_range(1..accounts.len()))
                 % accounts.len()];
             Request::Transfer(support::transfer(key, account, to, amount))
         }
-        76..84 if !memory.refundable.is_empty() => {
+        72..80 if !memory.refundable.is_empty() => {
             let i = rng.random_range(0..memory.refundable.len());
             let (entry_id, left) = memory.refundable[i];
             Request::Refund(pb::RefundRequest {
@@ -201,7 +220,7 @@ fn next_request(rng: &mut StdRng, key: &str, accounts: &[u64], memory: &mut Memo
                 description: "chaos refund".into(),
             })
         }
-        84..92 if !memory.held.is_empty() => {
+        80..90 if !memory.held.is_empty() => {
             let (hold_id, _, held) = memory
                 .held
                 .swap_remove(rng.random_range(0..memory.held.len()));
