@@ -70,6 +70,50 @@ expect "reused key" 'IDEMPOTENCY_KEY_REUSED' \
   $G -d '{"idempotency_key":"req-42","account_id":1,"amount":31,"currency":"USD"}' "$ADDR" ledger.v1.Ledger/Charge
 expect "invalid request" '"field":"currency"' \
   $G -d '{"idempotency_key":"req-44","account_id":1,"amount":1,"currency":"usd"}' "$ADDR" ledger.v1.Ledger/Charge
+# Transfers, refunds, holds and the journal.
+expect "OpenAccount (second)" '"accountId": "2"' \
+  $G -d '{"idempotency_key":"open-2","currency":"USD"}' "$ADDR" ledger.v1.Ledger/OpenAccount
+transfer=$($G -d '{"idempotency_key":"rent-1","from_account_id":1,"to_account_id":2,"amount":20,"currency":"USD","description":"rent"}' \
+  "$ADDR" ledger.v1.Ledger/Transfer)
+grep -q '"kind": "ENTRY_KIND_TRANSFER_OUT"' <<<"$transfer" && grep -q '"kind": "ENTRY_KIND_TRANSFER_IN"' <<<"$transfer" \
+  || fail "Transfer: $transfer"
+echo "ok: Transfer"
+charge_entry=$(grep -m1 '"entryId"' <<<"$first" | grep -oE '[0-9]+')
+expect "Refund" '"kind": "ENTRY_KIND_REFUND"' \
+  $G -d "{\"idempotency_key\":\"refund-1\",\"entry_id\":$charge_entry,\"amount\":5}" "$ADDR" ledger.v1.Ledger/Refund
+expect "refund over what is left" '"reason":"REFUND_EXCEEDS_CHARGE"' \
+  $G -d "{\"idempotency_key\":\"refund-2\",\"entry_id\":$charge_entry,\"amount\":26}" "$ADDR" ledger.v1.Ledger/Refund
+hold=$($G -d '{"idempotency_key":"hold-1","account_id":1,"amount":40,"currency":"USD","ttl":"600s"}' \
+  "$ADDR" ledger.v1.Ledger/PlaceHold)
+grep -q '"state": "HOLD_STATE_HELD"' <<<"$hold" || fail "PlaceHold: $hold"
+hold_id=$(grep -m1 '"holdId"' <<<"$hold" | grep -oE '[0-9]+')
+echo "ok: PlaceHold"
+expect "GetAccount with the hold" '"available": "15"' \
+  $G -d '{"account_id":1}' "$ADDR" ledger.v1.Ledger/GetAccount
+expect "GetHold" '"state": "HOLD_STATE_HELD"' \
+  $G -d "{\"hold_id\":$hold_id}" "$ADDR" ledger.v1.Ledger/GetHold
+expect "CaptureHold" '"kind": "ENTRY_KIND_CAPTURE"' \
+  $G -d "{\"idempotency_key\":\"capture-1\",\"hold_id\":$hold_id,\"amount\":30}" "$ADDR" ledger.v1.Ledger/CaptureHold
+hold2=$($G -d '{"idempotency_key":"hold-2","account_id":1,"amount":5,"currency":"USD","ttl":"60s"}' \
+  "$ADDR" ledger.v1.Ledger/PlaceHold)
+hold2_id=$(grep -m1 '"holdId"' <<<"$hold2" | grep -oE '[0-9]+')
+expect "VoidHold" '"state": "HOLD_STATE_VOIDED"' \
+  $G -d "{\"idempotency_key\":\"void-1\",\"hold_id\":$hold2_id}" "$ADDR" ledger.v1.Ledger/VoidHold
+expect "capture of a voided hold" '"state":"HOLD_STATE_VOIDED"' \
+  $G -d "{\"idempotency_key\":\"capture-2\",\"hold_id\":$hold2_id,\"amount\":1}" "$ADDR" ledger.v1.Ledger/CaptureHold
+expect "GetEntry" '"kind": "ENTRY_KIND_CHARGE"' \
+  $G -d "{\"entry_id\":$charge_entry}" "$ADDR" ledger.v1.Ledger/GetEntry
+page=$($G -d '{"account_id":1,"page_size":2}' "$ADDR" ledger.v1.Ledger/ListEntries)
+token=$(grep -oE '"nextPageToken": "[^"]+"' <<<"$page" | cut -d'"' -f4)
+[ -n "$token" ] || fail "ListEntries: no next page: $page"
+expect "ListEntries, page 2" '"kind": "ENTRY_KIND_TRANSFER_OUT"' \
+  $G -d "{\"account_id\":1,\"page_size\":2,\"page_token\":\"$token\"}" "$ADDR" ledger.v1.Ledger/ListEntries
+expect "ListEntries, a forged token" '"reason":"INVALID_PAGE_TOKEN"' \
+  $G -d '{"account_id":1,"page_size":2,"page_token":"forged"}' "$ADDR" ledger.v1.Ledger/ListEntries
+expect "LookupKey" '"method": "/ledger.v1.Ledger/Charge"' \
+  $G -d '{"idempotency_key":"req-42"}' "$ADDR" ledger.v1.Ledger/LookupKey
+expect "LookupKey of an unused key" '"reason":"KEY_NOT_FOUND"' \
+  $G -d '{"idempotency_key":"never-used"}' "$ADDR" ledger.v1.Ledger/LookupKey
 expect "health" '"status": "SERVING"' \
   $G -d '{"service":"ledger.v1.Ledger"}' "$ADDR" grpc.health.v1.Health/Check
 "$LEDGER" healthcheck --listen "$ADDR" && echo "ok: ledger healthcheck"
