@@ -19,6 +19,7 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
 use crate::auth::{Authenticator, Tokens};
+use crate::db::purge::Purger;
 use crate::db::{self, BeforeCommit, Limits, Persistence, PoolSettings, Session, migrate};
 use crate::grpc::{LedgerService, PageTokens, ProtoEncoder, ResourceExhausted};
 use crate::health;
@@ -59,6 +60,8 @@ pub struct Settings {
     pub max_concurrent_calls: usize,
     /// HTTP/2 streams one connection may have open.
     pub max_concurrent_streams: u32,
+    /// Purge key rows older than this (SPEC 3.5); `None` keeps them forever.
+    pub key_retention: Option<Duration>,
 }
 
 impl Settings {
@@ -239,6 +242,12 @@ impl Application {
             reporter.clone(),
             stop_watching.clone(),
         ));
+        let purger = settings.key_retention.map(|retention| {
+            let urls: Vec<String> = std::iter::once(settings.database_url.clone())
+                .chain(settings.failover_urls.iter().cloned())
+                .collect();
+            tokio::spawn(Purger::new(&urls, retention).run(stop_watching.clone()))
+        });
 
         let router = router(&settings, &persistence, pages, &reporter)?;
         let stop_accepting = CancellationToken::new();
@@ -263,6 +272,9 @@ impl Application {
         );
         stop_watching.cancel();
         let _ = watcher.await;
+        if let Some(purger) = purger {
+            let _ = purger.await;
+        }
         health::set_all(&reporter, ServingStatus::NotServing).await;
         tokio::select! {
             failed = &mut serving => return failed.context("gRPC server failed"),

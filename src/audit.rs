@@ -4,8 +4,9 @@
 //!   and no balance is negative; each entry's `balance_after` follows from the one
 //!   before; per currency, the balances equal the money that came in less what
 //!   went out, and transfers net to zero;
-//! - every entry has its key; every key has an outcome; a successful call has
-//!   exactly the entries of its method, and no other key has any;
+//! - every entry has its key (unless retention purged it); every key has an
+//!   outcome; a successful call has exactly the entries of its method, and no
+//!   other key has any;
 //! - each transfer's two entries match; the refunds of an entry never exceed it;
 //! - an account's `held` equals its held holds; a captured hold has one capture
 //!   entry, of what it took and at most its amount;

@@ -9,7 +9,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::app::Application;
-use crate::config::{AuditArgs, DatabaseArgs, HealthcheckArgs, MigrateArgs, ServeArgs};
+use crate::config::{AuditArgs, DatabaseArgs, HealthcheckArgs, MigrateArgs, PurgeArgs, ServeArgs};
 use crate::db::migrate;
 use crate::tools::managed::{ManagedOptions, ManagedServer};
 
@@ -47,6 +47,36 @@ pub async fn audit(args: &AuditArgs) -> anyhow::Result<()> {
         let report = crate::audit::audit(&url).await?;
         println!("{report}");
         anyhow::ensure!(report.passed(), "the ledger breaks its invariants");
+        Ok(())
+    })
+    .await
+}
+
+/// How long `ledger purge` waits for a serving instance's round to end.
+const PURGE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `ledger purge`: one round of retention, then a summary.
+pub async fn purge(args: &PurgeArgs) -> anyhow::Result<()> {
+    with_database(&args.database, |url| async move {
+        let urls = match args.database.database_url.as_slice() {
+            [] => vec![url],
+            given => given.to_vec(),
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let purged = crate::db::purge::Purger::new(&urls, args.older_than)
+            .round(PURGE_LOCK_WAIT, &stop)
+            .await?
+            .with_context(|| {
+                format!("another instance held the purge lock for {PURGE_LOCK_WAIT:?}")
+            })?;
+        println!(
+            "purged {} key rows created before {} in {} batches",
+            purged.rows,
+            purged
+                .cutoff
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            purged.batches
+        );
         Ok(())
     })
     .await

@@ -47,6 +47,9 @@ pub enum Command {
     Healthcheck(HealthcheckArgs),
     /// Check the ledger's invariants on a live database; exit 1 on any violation
     Audit(AuditArgs),
+    /// Purge idempotency key rows older than a duration once, in small batches,
+    /// and exit (what `serve --key-retention` does continuously)
+    Purge(PurgeArgs),
     /// Load a running server over gRPC and report throughput and latency
     Bench(crate::tools::bench::BenchArgs),
 }
@@ -129,6 +132,12 @@ pub struct ServeArgs {
     #[arg(long, env = "LEDGER_MAX_CONCURRENT_STREAMS", default_value_t = 256,
         value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_concurrent_streams: u32,
+
+    /// Keep idempotency key rows this long, then purge them in small batches (one
+    /// instance of a fleet at a time); a retry of a purged key that took effect is
+    /// refused as IDEMPOTENCY_KEY_EXPIRED. Unset: keys are kept forever
+    #[arg(long, env = "LEDGER_KEY_RETENTION", value_parser = parse_positive_duration)]
+    pub key_retention: Option<Duration>,
 }
 
 /// Where the database is.
@@ -165,6 +174,16 @@ pub struct DatabaseArgs {
 pub struct MigrateArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// Purge key rows created longer ago than this, e.g. 30d
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub older_than: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -261,6 +280,7 @@ impl ServeArgs {
             max_message_bytes: usize::try_from(self.max_message_size)?,
             max_concurrent_calls: usize::try_from(self.max_concurrent_calls)?,
             max_concurrent_streams: self.max_concurrent_streams,
+            key_retention: self.key_retention,
         })
     }
 }

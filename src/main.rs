@@ -15,6 +15,7 @@ async fn main() -> ExitCode {
         Command::Serve(args) => commands::serve(args).await,
         Command::Migrate(args) => commands::migrate(args).await,
         Command::Audit(args) => commands::audit(args).await,
+        Command::Purge(args) => commands::purge(args).await,
         Command::Bench(args) => ledger::tools::bench::run(args).await,
         Command::Healthcheck(args) => return commands::healthcheck(args).await,
     };

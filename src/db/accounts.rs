@@ -13,7 +13,7 @@ use super::sql::{Bind, Sql, datetime, hex};
 use super::tx::Tx;
 use crate::error::Error;
 use crate::ledger::book::AccountRow;
-use crate::ledger::{Account, AccountId, Currency, HoldState};
+use crate::ledger::{Account, AccountId, Currency, HoldState, ScopedKey};
 
 #[derive(Debug, QueryableByName)]
 struct Row {
@@ -120,24 +120,39 @@ pub(crate) async fn find(conn: &mut Conn, id: AccountId) -> Result<Option<Accoun
         .transpose()
 }
 
-/// `INSERT` of new accounts; `guard` as for [`update_sql`].
-pub(crate) fn insert_sql(rows: &[&AccountRow], guard: Option<&str>) -> Option<String> {
-    let values: Vec<String> = rows
+/// `INSERT` of new accounts, each with the key of the call that opened it;
+/// `guard` as for [`update_sql`].
+pub(crate) fn insert_sql<'k>(
+    rows: &[(usize, AccountRow)],
+    key_of: impl Fn(usize) -> Option<&'k ScopedKey>,
+    guard: Option<&str>,
+) -> Result<Option<String>, Error> {
+    let values = rows
         .iter()
-        .map(|row| {
+        .map(|(call, row)| {
+            let key =
+                key_of(*call).ok_or_else(|| Error::internal("an account of an unknown call"))?;
             let a = &row.account;
-            format!(
-                "{id}, CONVERT({currency} USING ascii), {balance}, {held}, {count}, {created}",
+            Ok(format!(
+                "{id}, CONVERT({currency} USING ascii), {balance}, {held}, {count}, {created}, \
+                 {namespace}, {key}",
                 id = a.id,
                 currency = hex(a.currency.as_str().as_bytes()),
                 balance = a.balance,
                 held = row.held_total,
                 count = row.entry_count,
                 created = datetime(a.created_at),
-            )
+                namespace = hex(key.namespace.as_str().as_bytes()),
+                key = hex(key.key.as_str().as_bytes()),
+            ))
         })
-        .collect();
-    super::writes::insert("accounts", COLUMNS, &values, guard)
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(super::writes::insert(
+        "accounts",
+        &format!("{COLUMNS}, namespace, idempotency_key"),
+        &values,
+        guard,
+    ))
 }
 
 /// `UPDATE` of a changed account's counters. `guard`, on a multi-primary node,

@@ -29,6 +29,9 @@ mod code {
     /// "Got error ... during COMMIT": on Group Replication, a transaction that lost
     /// to another member's write of the same rows; rolled back.
     pub(super) const ERROR_DURING_COMMIT: u32 = 1180;
+    /// A unique key already holds the value: here, an effect (an entry, a hold, an
+    /// account) already carries the key being written (SPEC 3.5).
+    pub(super) const DUPLICATE_ENTRY: u32 = 1062;
     /// The server is shutting down.
     pub(super) const SERVER_SHUTDOWN: u32 = 1053;
     /// A Galera node that is not synced refuses statements.
@@ -105,6 +108,10 @@ pub(crate) enum AttemptError {
     /// No pooled connection became free in time. Not retried: the caller's time
     /// is up.
     NoConnection(String),
+    /// A write met an effect that already carries the call's key, though the probe
+    /// found the key free: retention purged its row. Rolled back; the next attempt
+    /// looks for the effect and answers that the key expired.
+    KeyOnEffect(String),
     /// Final for this call.
     Final(Error),
 }
@@ -121,6 +128,7 @@ impl AttemptError {
     pub(crate) fn into_error(self, attempts: u32, recorded: Recorded) -> Error {
         match self {
             Self::Final(e) => e,
+            Self::KeyOnEffect(reason) => Error::internal(reason),
             Self::Conflict => Error::Conflict { attempts, recorded },
             Self::ConnectionLost(reason)
             | Self::Silent(reason)
@@ -176,6 +184,9 @@ fn by_code(code: u32, step: Step, lock_wait: Duration, message: &str) -> Attempt
                 }
             }
         }),
+        code::DUPLICATE_ENTRY if step == Step::Commit => {
+            AttemptError::KeyOnEffect(format!("{step:?}: error {code}: {message}"))
+        }
         code::SERVER_SHUTDOWN
         | code::WSREP_NOT_READY
         | code::QUERY_INTERRUPTED
@@ -240,7 +251,20 @@ mod tests {
             AttemptError::ConnectionLost(_)
         ));
         assert!(matches!(
+            by_code(1146, Step::Commit, wait, ""),
+            AttemptError::Final(Error::Internal(_))
+        ));
+    }
+
+    #[test]
+    fn a_final_write_meeting_a_unique_key_is_a_purged_key_to_prove() {
+        let wait = Duration::from_secs(1);
+        assert!(matches!(
             by_code(1062, Step::Commit, wait, ""),
+            AttemptError::KeyOnEffect(_)
+        ));
+        assert!(matches!(
+            by_code(1062, Step::Probe, wait, ""),
             AttemptError::Final(Error::Internal(_))
         ));
     }

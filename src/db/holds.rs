@@ -170,18 +170,22 @@ pub(crate) fn insert_sql(rows: &[String], guard: Option<&str>) -> Option<String>
     super::writes::insert("holds", INSERT_COLUMNS, rows, guard)
 }
 
-/// `UPDATE` of a resolved hold, at `now`.
+/// `UPDATE` of a hold resolved at `now` by the call under `key`, which the hold
+/// keeps (SPEC 3.5).
 pub(crate) fn resolved_sql(
     hold: &Hold,
+    key: &ScopedKey,
     now: chrono::DateTime<chrono::Utc>,
     guard: Option<&str>,
 ) -> String {
     let mut sql = format!(
-        "UPDATE holds SET state = {state}, captured_amount = {captured}, resolved_at = {now} \
-         WHERE hold_id = {id}",
+        "UPDATE holds SET state = {state}, captured_amount = {captured}, resolved_at = {now}, \
+         resolved_namespace = {namespace}, resolved_key = {key} WHERE hold_id = {id}",
         state = hold.state.code(),
         captured = hold.captured_amount,
         now = datetime(now),
+        namespace = hex(key.namespace.as_str().as_bytes()),
+        key = hex(key.key.as_str().as_bytes()),
         id = hold.id,
     );
     if let Some(guard) = guard {

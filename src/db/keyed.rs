@@ -29,7 +29,7 @@ use super::pool::{self, CheckoutError, Conn, Pooled};
 use super::sql::{Bind, Sql};
 use super::tx::{Committed, Tx};
 use super::writes::{self, KeyOutcome};
-use super::{Persistence, load};
+use super::{Persistence, effects, load};
 use crate::call::{Call, whole_secs};
 use crate::error::Error;
 use crate::ledger::{Command, Fingerprint, KeyedOutcome, Refusal, ScopedKey};
@@ -51,11 +51,17 @@ pub(super) async fn run(
     let fingerprint = Fingerprint::of(command);
     let max_attempts = db.inner.limits.max_attempts.max(1);
     let mut attempt = 1;
+    let mut prove_unused = false;
     loop {
         call.ensure_live()?;
-        let last = match run_once(db, call, key, command, &fingerprint).await {
+        let last = match run_once(db, call, key, command, &fingerprint, prove_unused).await {
             Ok(outcome) => return Ok(outcome),
             Err(AttemptError::Final(e)) => return Err(e),
+            Err(AttemptError::KeyOnEffect(reason)) if !prove_unused => {
+                tracing::debug!(%reason, "an effect already carries the key; proving it");
+                prove_unused = true;
+                continue;
+            }
             Err(last @ (AttemptError::Silent(_) | AttemptError::NoConnection(_))) => {
                 return Err(last.into_error(attempt, call.recorded()));
             }
@@ -69,7 +75,10 @@ pub(super) async fn run(
                 db.inner.pool.report_lost();
             }
             AttemptError::Unsettled(_) => metrics::retry("unsettled"),
-            AttemptError::Silent(_) | AttemptError::NoConnection(_) | AttemptError::Final(_) => {}
+            AttemptError::Silent(_)
+            | AttemptError::NoConnection(_)
+            | AttemptError::KeyOnEffect(_)
+            | AttemptError::Final(_) => {}
         }
         if attempt >= max_attempts || !backoff(attempt, call).await {
             return Err(last.into_error(attempt, call.recorded()));
@@ -115,12 +124,13 @@ async fn run_once(
     key: &ScopedKey,
     command: &Command,
     fingerprint: &Fingerprint,
+    prove_unused: bool,
 ) -> Result<KeyedOutcome, AttemptError> {
     let pool = &db.inner.pool;
     let mut conn = checkout(pool, call).await?;
     let lock_wait = LockWait::lower(&mut conn, pool, call, db.inner.limits.lock_wait).await?;
     let tx = Tx::new(&mut conn, pool, lock_wait.duration());
-    let result = transaction(db, tx, call, key, command, fingerprint).await;
+    let result = transaction(db, tx, call, key, command, fingerprint, prove_unused).await;
     lock_wait.restore(&mut conn, pool).await;
     result
 }
@@ -174,6 +184,7 @@ async fn set_lock_wait(conn: &mut Conn, pool: &pool::Pool, secs: u64) -> Result<
 }
 
 /// The probe, then the work of a new key or the replay of a duplicate.
+/// `prove_unused`: an earlier attempt's write met an effect carrying the key.
 ///
 /// Transactions are plain statements on the connection rather than diesel's
 /// transaction manager, since the final writes and COMMIT travel together, which
@@ -186,6 +197,7 @@ async fn transaction(
     key: &ScopedKey,
     command: &Command,
     fingerprint: &Fingerprint,
+    prove_unused: bool,
 ) -> Result<KeyedOutcome, AttemptError> {
     let claim = match idempotency::probe(&mut tx, key, command.method(), fingerprint).await {
         Ok(claim) => claim,
@@ -197,7 +209,7 @@ async fn transaction(
     // The key was free: whatever an earlier attempt's lost COMMIT did, it did not
     // commit.
     call.settled_nothing();
-    let decided = match decide(db, &mut tx, key, command).await {
+    let decided = match decide(db, &mut tx, key, command, prove_unused).await {
         Ok(decided) => decided,
         Err(failure) => return Err(tx.fail(failure).await),
     };
@@ -231,11 +243,18 @@ async fn transaction(
 
 /// Locks what the operation needs, lets it decide, and returns the outcome and
 /// the batch that records it.
+///
+/// A key that is new here may still have had an effect, if retention purged its
+/// row (SPEC 3.5). A success finds out for free: its write meets the effect's
+/// unique key, and the next attempt comes back with `prove_unused`. A decline
+/// writes no effect, so before one is stored the effects are looked up: a stale
+/// decline must never replace a purged success.
 async fn decide(
     db: &Persistence,
     tx: &mut Tx<'_>,
     key: &ScopedKey,
     command: &Command,
+    prove_unused: bool,
 ) -> Result<(crate::ledger::StoredOutcome, String), Failure> {
     let operation = command.operation();
     let needs = [operation.needs()];
@@ -243,6 +262,12 @@ async fn decide(
     book.start_call(key.key.clone());
     let decided = operation.decide(&mut book);
     book.finish_call(decided.is_ok());
+    if (prove_unused || matches!(decided, Err(Refusal::Declined(_))))
+        && let Some(first) = effects::first_use(tx, key).await?
+    {
+        db.inner.ids.give_back(&book.into_changes().unused);
+        return Err(first.expired().into());
+    }
     let encoder = &db.inner.encoder;
     let outcome = match decided {
         Ok(reply) => encoder.reply(&reply),

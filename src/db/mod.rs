@@ -16,6 +16,7 @@
 
 mod accounts;
 pub mod audit;
+mod effects;
 mod entries;
 mod failure;
 mod holds;
@@ -25,6 +26,7 @@ mod keyed;
 mod load;
 pub mod migrate;
 pub mod pool;
+pub mod purge;
 mod reads;
 pub mod secrets;
 pub mod self_check;

@@ -8,13 +8,13 @@ use diesel::QueryableByName;
 use diesel::mysql::Mysql;
 use diesel_async::RunQueryDsl as _;
 
-use super::failure::{AttemptError, Step, StepError, classify};
+use super::failure::{AttemptError, Failure, Step, StepError, classify};
 use super::idempotency::{self, KeyRow};
 use super::keyed::{LockWait, checkout};
 use super::pool::{self, Conn};
 use super::sql::Sql;
 use super::tx::{ANSWER_MARGIN, Tx};
-use super::{Persistence, accounts, entries, holds};
+use super::{Persistence, accounts, effects, entries, holds};
 use crate::call::Call;
 use crate::error::{Error, Recorded};
 use crate::ledger::{Account, AccountId, Entry, EntryId, Hold, HoldId, ScopedKey};
@@ -121,11 +121,23 @@ impl Persistence {
             .await
             .map_err(fail)?;
         let mut tx = Tx::new(&mut conn, pool, lock_wait.duration());
-        let row = match idempotency::look_up(&mut tx, key).await {
+        let row = match look_up_or_expired(&mut tx, key).await {
             Ok(row) => tx.finish().await.map(|()| row),
             Err(failure) => Err(tx.fail(failure).await),
         };
         lock_wait.restore(&mut conn, pool).await;
         row.map_err(fail)
+    }
+}
+
+/// The key's row; when there is none, a key whose row retention purged after it
+/// took effect is `KeyExpired`, not unknown.
+async fn look_up_or_expired(tx: &mut Tx<'_>, key: &ScopedKey) -> Result<Option<KeyRow>, Failure> {
+    if let Some(row) = idempotency::look_up(tx, key).await? {
+        return Ok(Some(row));
+    }
+    match effects::first_use(tx, key).await? {
+        Some(first) => Err(first.expired().into()),
+        None => Ok(None),
     }
 }

@@ -117,15 +117,19 @@ impl<'c> Tx<'c> {
     }
 
     /// Sends the final writes and COMMIT (`sql`, ending in COMMIT). `guarded`
-    /// batches carry statements after their COMMIT, so any failure of theirs
-    /// leaves it unknown whether the writes committed.
+    /// batches carry statements after their COMMIT, so a failure of theirs leaves
+    /// it unknown whether the writes committed, unless it is one only a write
+    /// before the COMMIT can raise.
     pub(crate) async fn commit(mut self, sql: &str, guarded: bool) -> Committed {
         let failure = match self.batch(sql).await {
             Ok(()) => return Committed::Yes,
             Err(failure) => failure,
         };
-        let known_rolled_back = !guarded && matches!(failure, Failure::Db(_));
+        let failed_statement = matches!(failure, Failure::Db(_));
         let attempt = self.fail(failure).await;
+        // A write meeting a unique key stops the batch before its first COMMIT.
+        let known_rolled_back =
+            failed_statement && (!guarded || matches!(attempt, AttemptError::KeyOnEffect(_)));
         let lost = matches!(
             attempt,
             AttemptError::ConnectionLost(_) | AttemptError::Silent(_)

@@ -69,8 +69,7 @@ pub(crate) fn commit_batch(
     let key_of = |call: usize| keys.get(call).map(|k| k.key);
     let mut statements: Vec<String> = Vec::new();
 
-    let new_accounts: Vec<_> = changes.new_accounts.iter().map(|(_, row)| row).collect();
-    statements.extend(accounts::insert_sql(&new_accounts, guard));
+    statements.extend(accounts::insert_sql(&changes.new_accounts, key_of, guard)?);
     for (row, count_before) in &changes.accounts {
         statements.push(accounts::update_sql(row, *count_before, guard));
     }
@@ -82,7 +81,9 @@ pub(crate) fn commit_batch(
     let hold_rows = holds::values(&changes.new_holds, key_of)?;
     statements.extend(holds::insert_sql(&hold_rows, guard));
     for resolved in &changes.resolved_holds {
-        statements.push(holds::resolved_sql(&resolved.hold, changes.now, guard));
+        let key = key_of(resolved.call)
+            .ok_or_else(|| Error::internal("a hold resolved by an unknown call"))?;
+        statements.push(holds::resolved_sql(&resolved.hold, key, changes.now, guard));
     }
     for k in keys {
         statements.push(idempotency::outcome_sql(k.key, k.outcome, guard.is_some()));

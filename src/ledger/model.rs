@@ -38,6 +38,17 @@ impl Method {
         Self::from_repr(code)
     }
 
+    /// The method whose calls write entries of `kind`.
+    pub fn writing(kind: EntryKind) -> Self {
+        match kind {
+            EntryKind::Charge => Self::Charge,
+            EntryKind::Credit => Self::Credit,
+            EntryKind::TransferOut | EntryKind::TransferIn => Self::Transfer,
+            EntryKind::Refund => Self::Refund,
+            EntryKind::Capture => Self::CaptureHold,
+        }
+    }
+
     /// The entries a successful call writes to the journal, in leg order.
     pub fn entry_kinds(self) -> &'static [EntryKind] {
         match self {
@@ -214,6 +225,9 @@ mod tests {
             assert_eq!(HoldState::from_code(s.code()), Some(s));
         }
         assert_eq!(Method::from_code(0), None);
+        for k in EntryKind::iter() {
+            assert!(Method::writing(k).entry_kinds().contains(&k), "{k:?}");
+        }
         assert_eq!(Method::CaptureHold.name(), "CaptureHold");
         assert_eq!(HoldState::Captured.name(), "HOLD_STATE_CAPTURED");
     }

@@ -14,6 +14,8 @@ const LOCK_WAIT_TIMEOUTS: &str = "ledger_lock_wait_timeouts_total";
 const RETRIES: &str = "ledger_transaction_retries_total";
 const POOL_CONNECTIONS: &str = "ledger_db_pool_connections";
 const DB_UP: &str = "ledger_db_up";
+const KEYS_PURGED: &str = "ledger_keys_purged_total";
+const OLDEST_KEY_AGE: &str = "ledger_oldest_key_age_seconds";
 
 /// Latency buckets, in seconds: a durable commit takes about a millisecond, a lock
 /// wait up to the configured bound.
@@ -54,6 +56,12 @@ fn describe() {
     describe_counter!(RETRIES, "transactions retried whole, by reason");
     describe_gauge!(POOL_CONNECTIONS, "database pool connections, by state");
     describe_gauge!(DB_UP, "1 while the database answers the health check");
+    describe_counter!(KEYS_PURGED, "idempotency key rows deleted by retention");
+    describe_gauge!(
+        OLDEST_KEY_AGE,
+        metrics::Unit::Seconds,
+        "age of the oldest idempotency key row, as of the last purge"
+    );
 }
 
 pub fn rpc(method: &'static str, code: tonic::Code, elapsed: Duration) {
@@ -84,6 +92,14 @@ pub fn retry(reason: &'static str) {
 pub fn pool(idle: u32, in_use: u32) {
     gauge!(POOL_CONNECTIONS, "state" => "idle").set(f64::from(idle));
     gauge!(POOL_CONNECTIONS, "state" => "in_use").set(f64::from(in_use));
+}
+
+pub fn keys_purged(rows: u64) {
+    counter!(KEYS_PURGED).increment(rows);
+}
+
+pub fn oldest_key_age(seconds: f64) {
+    gauge!(OLDEST_KEY_AGE).set(seconds);
 }
 
 pub fn database_up(up: bool) {

@@ -74,7 +74,7 @@ const BALANCE: &str = "balance equals the journal";
 const COUNTS: &str = "each account counts its entries, numbered 1, 2, 3, ...";
 const CHAIN: &str = "each entry's balance follows the one before";
 const KINDS: &str = "every entry is of a known kind";
-const ENTRY_KEY: &str = "every entry has its key";
+const ENTRY_KEY: &str = "every entry has its key, unless retention purged it";
 const OUTCOME: &str = "every key has an outcome";
 const METHOD_ENTRIES: &str =
     "a successful call has exactly its method's entries, and nothing else has any";

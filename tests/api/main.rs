@@ -28,6 +28,7 @@ mod outage;
 mod process;
 mod races;
 mod refunds;
+mod retention;
 mod teardown;
 mod transfers;
 mod truthful;

@@ -37,6 +37,7 @@ pub struct Config {
     pub session_init: Option<String>,
     pub multi_primary: Option<MultiPrimary>,
     pub migrate: Option<bool>,
+    pub key_retention: Option<Duration>,
 }
 
 impl Default for Config {
@@ -56,6 +57,7 @@ impl Default for Config {
             session_init: None,
             multi_primary: None,
             migrate: None,
+            key_retention: None,
         }
     }
 }
@@ -88,6 +90,7 @@ impl Config {
         if let Some(migrate) = self.migrate {
             settings.migrate = migrate;
         }
+        settings.key_retention = self.key_retention;
         settings
     }
 }

@@ -1,0 +1,104 @@
+//! What a key changed, found through the effects themselves rather than its key
+//! row: every entry, hold, hold resolution and account carries the key that
+//! caused it, unique per namespace (SPEC 3.5). After retention purged a key's row,
+//! this is how the service knows the key took effect and must not run again.
+
+use chrono::NaiveDateTime;
+use diesel::QueryableByName;
+use diesel::sql_types::{Datetime, TinyInt, Unsigned};
+
+use super::failure::{Failure, Step};
+use super::sql::{Bind, Sql};
+use super::tx::Tx;
+use crate::error::Error;
+use crate::ledger::{EntryKind, HoldState, Method, ScopedKey};
+
+/// Where a key's effect was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::FromRepr)]
+#[repr(u8)]
+enum Source {
+    Entry = 1,
+    PlacedHold = 2,
+    ResolvedHold = 3,
+    Account = 4,
+}
+
+#[derive(Debug, QueryableByName)]
+struct Row {
+    #[diesel(sql_type = Unsigned<TinyInt>)]
+    source: u8,
+    /// The entry's kind, or the resolved hold's state.
+    #[diesel(sql_type = Unsigned<TinyInt>)]
+    detail: u8,
+    #[diesel(sql_type = Datetime)]
+    at: NaiveDateTime,
+}
+
+/// The earliest effect of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FirstUse {
+    /// The method that caused it, when the effect tells.
+    pub(crate) method: Option<Method>,
+    pub(crate) at: chrono::DateTime<chrono::Utc>,
+}
+
+impl FirstUse {
+    /// The answer to a key whose row was purged after this effect.
+    pub(crate) fn expired(self) -> Error {
+        Error::KeyExpired {
+            method: self.method,
+            first_used_at: self.at,
+        }
+    }
+}
+
+impl Row {
+    fn first_use(self) -> FirstUse {
+        let method = match Source::from_repr(self.source) {
+            Some(Source::Entry) => EntryKind::from_code(self.detail).map(Method::writing),
+            Some(Source::PlacedHold) => Some(Method::PlaceHold),
+            Some(Source::ResolvedHold) => match HoldState::from_code(self.detail) {
+                Some(HoldState::Captured) => Some(Method::CaptureHold),
+                Some(HoldState::Voided) => Some(Method::VoidHold),
+                _ => None,
+            },
+            Some(Source::Account) => Some(Method::OpenAccount),
+            None => None,
+        };
+        FirstUse {
+            method,
+            at: self.at.and_utc(),
+        }
+    }
+}
+
+/// The key's earliest effect, if it had any. Each branch is a look-up of a unique
+/// index.
+pub(crate) async fn first_use(
+    tx: &mut Tx<'_>,
+    key: &ScopedKey,
+) -> Result<Option<FirstUse>, Failure> {
+    let sql = Sql::new(format!(
+        "SELECT source, detail, at FROM ( \
+           SELECT {entry} AS source, kind AS detail, created_at AS at FROM entries \
+             WHERE namespace = ? AND idempotency_key = ? \
+           UNION ALL SELECT {placed}, 0, created_at FROM holds \
+             WHERE namespace = ? AND idempotency_key = ? \
+           UNION ALL SELECT {resolved}, state, resolved_at FROM holds \
+             WHERE resolved_namespace = ? AND resolved_key = ? \
+           UNION ALL SELECT {account}, 0, created_at FROM accounts \
+             WHERE namespace = ? AND idempotency_key = ? \
+         ) effects ORDER BY at LIMIT 1",
+        entry = Source::Entry as u8,
+        placed = Source::PlacedHold as u8,
+        resolved = Source::ResolvedHold as u8,
+        account = Source::Account as u8,
+    ));
+    let namespace = key.namespace.as_str().as_bytes();
+    let name = key.key.as_str().as_bytes();
+    let sql = (0..4).fold(sql, |sql, _| {
+        sql.bind(Bind::Bytes(namespace)).bind(Bind::Bytes(name))
+    });
+    let rows: Vec<Row> = tx.load(Step::ReadKey, sql).await?;
+    Ok(rows.into_iter().next().map(Row::first_use))
+}
