@@ -5,8 +5,10 @@
 #    of every index of idempotency_keys and entries (mysql.innodb_index_stats,
 #    after ANALYZE), per row;
 # 2. the purge rate: OLD_ROWS key rows two days old, purged by `ledger purge`;
-# 3. its effect on charges: the unique-charge rate without a purge (A), then with
-#    `ledger purge` running over the same OLD_ROWS (B), on the same database.
+# 3. its effect on charges, on the same database: the unique-charge rate without a
+#    purge (A); with `ledger purge` working through a backlog of OLD_ROWS (B); and
+#    in the steady state of a retention, where each round deletes what the calls
+#    created since the last (C: a round every second, of rows older than 2 s).
 #
 # Environment: SECS (15), OLD_ROWS (1000000), CONCURRENCY (16), ACCOUNTS (10000).
 set -euo pipefail
@@ -43,7 +45,7 @@ sql() { mysql -h127.0.0.1 -P"$db_port" -uroot -N -B "$db_name" -e "$1"; }
 bench() {
   "$bin" bench --target "$target" --concurrency "$conc" --accounts "$accounts" \
     --duration "${secs}s" --warmup 2s --json --scenario unique "$@" \
-    | python3 -c 'import json,sys; r=json.load(sys.stdin); print(f"{r[\"calls_per_second\"]:.0f} {r[\"p50_ms\"]:.2f} {r[\"p99_ms\"]:.2f}")'
+    | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.0f %.2f %.2f" % (r["calls_per_second"], r["p50_ms"], r["p99_ms"]))'
 }
 
 log "1. bytes per charge: unique charges for ${secs} s"
@@ -103,9 +105,16 @@ running=yes; kill -0 $purge 2>/dev/null || running="no (it finished first)"
 wait $purge
 p_ended=$(date +%s.%N)
 cat "$work/purge.out"
+( while :; do "$bin" purge --database-url "$db_url" --older-than 2s >>"$work/steady.out" 2>&1; sleep 1; done ) &
+steady=$!
+sleep 3
+read -r c_rate c_p50 c_p99 < <(bench)
+kill $steady; wait $steady 2>/dev/null || true
+steady_rows=$(awk '{s += $2} END {print s + 0}' "$work/steady.out")
 python3 - <<PY
-a, b = $a_rate, $b_rate
+a, b, c = $a_rate, $b_rate, $c_rate
 print(f"A no purge:   {a:.0f} charges/s  p50 $a_p50 ms  p99 $a_p99 ms")
-print(f"B purging:    {b:.0f} charges/s  p50 $b_p50 ms  p99 $b_p99 ms  ({b / a:.2f}x A)")
+print(f"B backlog:    {b:.0f} charges/s  p50 $b_p50 ms  p99 $b_p99 ms  ({b / a:.2f}x A)")
+print(f"C steady:     {c:.0f} charges/s  p50 $c_p50 ms  p99 $c_p99 ms  ({c / a:.2f}x A), $steady_rows rows purged meanwhile")
 print(f"purge under load: {$old_rows / ($p_ended - $p_started):.0f} rows/s; still running when B ended: $running")
 PY

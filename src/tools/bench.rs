@@ -134,8 +134,8 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot connect to {}", args.target))?,
         );
     }
-    let accounts = open_accounts(&channels, args.accounts, args.concurrency).await?;
     let run_id = format!("bench-{:08x}", rand::random::<u32>());
+    let accounts = open_accounts(&channels, args.accounts, args.concurrency, &run_id).await?;
     let replayable = match args.scenario {
         Scenario::Replay | Scenario::Mixed => {
             prepare_replays(&channels, &accounts, &run_id, args).await?
@@ -206,38 +206,47 @@ struct Plan {
     run_id: String,
 }
 
-async fn open_accounts(channels: &[Channel], n: u64, concurrency: u64) -> anyhow::Result<Vec<u64>> {
+async fn open_accounts(
+    channels: &[Channel],
+    n: u64,
+    concurrency: u64,
+    run_id: &str,
+) -> anyhow::Result<Vec<u64>> {
     let ids = Arc::new(Mutex::new(Vec::new()));
     let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut tasks = Vec::new();
     for (_, channel) in (0..concurrency.min(n)).zip(channels.iter().cycle()) {
         let mut client = LedgerClient::new(channel.clone());
-        let (ids, next) = (ids.clone(), next.clone());
+        let (ids, next, run_id) = (ids.clone(), next.clone(), run_id.to_owned());
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if i >= n {
                     return anyhow::Ok(());
                 }
-                let open = pb::OpenAccountRequest {
-                    idempotency_key: format!("bench-open-{i}"),
-                    currency: "USD".into(),
+                // Runs share accounts through their keys; one whose key retention
+                // purged is replaced by a new account for this run.
+                let account = match open_account(&mut client, format!("bench-open-{i}")).await {
+                    Err(status) if expired(&status) => {
+                        open_account(&mut client, format!("{run_id}-open-{i}")).await?
+                    }
+                    opened => opened?,
                 };
-                let account = client
-                    .open_account(open)
-                    .await?
-                    .into_inner()
-                    .account
-                    .context("no account")?;
                 let fund = pb::CreditRequest {
-                    idempotency_key: format!("bench-fund-{i}"),
-                    account_id: account.account_id,
+                    idempotency_key: format!("bench-fund-{account}"),
+                    account_id: account,
                     amount: OPENING_BALANCE,
                     currency: "USD".into(),
                     description: "bench opening balance".into(),
                 };
-                client.credit(fund).await?;
-                ids.lock().await.push(account.account_id);
+                match client.credit(fund).await {
+                    // Funded when it was opened.
+                    Err(status) if expired(&status) => {}
+                    funded => {
+                        funded?;
+                    }
+                }
+                ids.lock().await.push(account);
             }
         }));
     }
@@ -249,6 +258,28 @@ async fn open_accounts(channels: &[Channel], n: u64, concurrency: u64) -> anyhow
         .into_inner();
     ids.sort_unstable();
     Ok(ids)
+}
+
+async fn open_account(
+    client: &mut LedgerClient<Channel>,
+    idempotency_key: String,
+) -> Result<u64, tonic::Status> {
+    let open = pb::OpenAccountRequest {
+        idempotency_key,
+        currency: "USD".into(),
+    };
+    let account = client.open_account(open).await?.into_inner().account;
+    account
+        .map(|a| a.account_id)
+        .ok_or_else(|| tonic::Status::internal("an OpenAccount reply without its account"))
+}
+
+/// Whether a status says the key's record was purged after it took effect.
+fn expired(status: &tonic::Status) -> bool {
+    use tonic_types::StatusExt as _;
+    status
+        .get_details_error_info()
+        .is_some_and(|info| info.reason == "IDEMPOTENCY_KEY_EXPIRED")
 }
 
 /// Commits the charges the replay scenario re-sends.
