@@ -13,7 +13,8 @@
 # table reports throughput, its ratio to the ceilings, p50/p99 latency, and the
 # server's peak RSS and CPU time per call (from /proc).
 #
-# Environment: CONCURRENCY (16), SECS (15), ACCOUNTS (10000), LEDGER_MYSQLD(_ARGS).
+# Environment: CONCURRENCY (16), SECS (15), ACCOUNTS (10000), LEDGER_MYSQLD(_ARGS),
+# LEDGER_BATCH_WRITERS (the service's group commit; 0 runs one transaction per call).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +34,7 @@ work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 target=http://127.0.0.1:$port
 RUST_LOG=info "$bin" serve --log-format json --listen "127.0.0.1:$port" --data-dir "$work/db" \
-  --pool-size 32 >"$work/serve.log" 2>&1 &
+  --pool-size 32 ${LEDGER_BATCH_WRITERS:+--batch-writers "$LEDGER_BATCH_WRITERS"} >"$work/serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 1 600); do
@@ -81,6 +82,7 @@ scenario "unique, 1 hot account" "$conc" 1 --scenario unique >>"$results"
 scenario "replay, $accounts accounts" "$conc" "$accounts" --scenario replay >>"$results"
 scenario "storm x4, $accounts accounts" "$conc" "$accounts" --scenario storm --duplicates 4 >>"$results"
 scenario "mixed, $accounts accounts" "$conc" "$accounts" --scenario mixed >>"$results"
+scenario "unique at concurrency 1" 1 "$accounts" --scenario unique >>"$results"
 scenario "unique at concurrency 256" 256 "$accounts" --scenario unique >>"$results"
 scenario "transfer, $accounts accounts" "$conc" "$accounts" --scenario transfer >>"$results"
 scenario "hot-merchant, $accounts payers" "$conc" "$accounts" --scenario hot-merchant >>"$results"

@@ -133,6 +133,13 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_concurrent_streams: u32,
 
+    /// Group commit: writers, each serving the keyed calls of a share of the accounts
+    /// in batches; calls that arrive while a writer is busy form its next batch. 0:
+    /// one transaction per call
+    #[arg(long, env = "LEDGER_BATCH_WRITERS", default_value_t = 4,
+        value_parser = clap::value_parser!(u32).range(0..=256))]
+    pub batch_writers: u32,
+
     /// Keep idempotency key rows this long, then purge them in small batches (one
     /// instance of a fleet at a time); a retry of a purged key that took effect is
     /// refused as IDEMPOTENCY_KEY_EXPIRED. Unset: keys are kept forever
@@ -269,6 +276,7 @@ impl ServeArgs {
             limits: Limits {
                 lock_wait: self.lock_wait_timeout,
                 max_attempts: self.max_attempts,
+                batch_writers: usize::try_from(self.batch_writers)?,
             },
             migrate: !self.no_migrate,
             connect_timeout: self.database.connect_timeout,

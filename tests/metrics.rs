@@ -13,30 +13,10 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable as _;
-use support::{Config, Gate, TestApp, TestDb, charge, raw_call};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
-/// `name{labels}` -> value of every integral series, from the Prometheus text
-/// format (counts and gauges; histogram sums are left out).
-async fn scrape(addr: std::net::SocketAddr) -> HashMap<String, u64> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (_, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| l.rsplit_once(' '))
-        .filter_map(|(series, value)| Some((series.to_owned(), value.parse().ok()?)))
-        .collect()
-}
+use support::{Config, Gate, TestApp, TestDb, charge, raw_call, scrape};
 
 fn free_addr() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")

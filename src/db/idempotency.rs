@@ -197,3 +197,65 @@ pub(crate) fn committed_condition(key: &ScopedKey, outcome: &StoredOutcome) -> S
         hex(&outcome.body)
     )
 }
+
+/// A key's row as a batch reads it back: which key, and what it holds.
+#[derive(Debug, QueryableByName)]
+pub(crate) struct BatchKeyRow {
+    #[diesel(sql_type = Varbinary)]
+    pub(crate) namespace: Vec<u8>,
+    #[diesel(sql_type = Varbinary)]
+    pub(crate) idempotency_key: Vec<u8>,
+    #[diesel(embed)]
+    pub(crate) row: KeyRow,
+}
+
+impl BatchKeyRow {
+    pub(crate) fn is(&self, key: &ScopedKey) -> bool {
+        self.namespace == key.namespace.as_str().as_bytes()
+            && self.idempotency_key == key.key.as_str().as_bytes()
+    }
+}
+
+/// The probe of a batch's keys, sorted so two batches claim shared keys in one
+/// order. It cannot tell new keys from duplicates by its affected rows: the
+/// locking read after it does ([`lock_claimed`]).
+pub(crate) async fn probe_all(
+    tx: &mut Tx<'_>,
+    keys: &[(&ScopedKey, Method, &Fingerprint)],
+) -> Result<(), Failure> {
+    let rows = vec!["(?, ?, ?, ?, UTC_TIMESTAMP(6))"; keys.len()].join(", ");
+    let mut sql = Sql::new(format!(
+        "INSERT INTO idempotency_keys \
+         (namespace, idempotency_key, method, fingerprint, created_at) VALUES {rows} \
+         ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key"
+    ));
+    for (key, method, fingerprint) in keys {
+        sql = sql
+            .bind(Bind::Bytes(key.namespace.as_str().as_bytes()))
+            .bind(Bind::Bytes(key.key.as_str().as_bytes()))
+            .bind(Bind::U64(u64::from(method.code())))
+            .bind(Bind::Bytes(fingerprint.as_bytes().as_slice()));
+    }
+    tx.execute(Step::Probe, sql).await.map(|_| ())
+}
+
+/// The batch's key rows, locked. After [`probe_all`], a row without an outcome is
+/// one this transaction inserted (a row another transaction held would have made
+/// the probe wait until it committed, with an outcome, or rolled back, leaving the
+/// key to this probe); a row with one is a duplicate.
+pub(crate) async fn lock_claimed(
+    tx: &mut Tx<'_>,
+    keys: &[&ScopedKey],
+) -> Result<Vec<BatchKeyRow>, Failure> {
+    let pairs = vec!["(?, ?)"; keys.len()].join(", ");
+    let mut sql = Sql::new(format!(
+        "SELECT namespace, idempotency_key, {KEY_COLUMNS} FROM idempotency_keys \
+         WHERE (namespace, idempotency_key) IN ({pairs}) FOR UPDATE"
+    ));
+    for key in keys {
+        sql = sql
+            .bind(Bind::Bytes(key.namespace.as_str().as_bytes()))
+            .bind(Bind::Bytes(key.key.as_str().as_bytes()));
+    }
+    tx.load(Step::ReadKey, sql).await
+}

@@ -19,6 +19,7 @@ pub mod audit;
 mod effects;
 mod entries;
 mod failure;
+mod group;
 mod holds;
 mod idempotency;
 mod ids;
@@ -57,6 +58,8 @@ pub struct Limits {
     /// multi-primary clusters, where a hot row written through several nodes
     /// conflicts at COMMIT often (SPEC 3.2.7).
     pub max_attempts: u32,
+    /// Writers of group commit (`group`); 0 runs one transaction per call.
+    pub batch_writers: usize,
 }
 
 /// Called inside each new-key transaction after its outcome is stored and before
@@ -122,6 +125,18 @@ struct Inner {
     /// Encodes outcomes for the key rows; provided by the wire layer.
     encoder: Arc<dyn OutcomeEncoder>,
     before_commit: Option<BeforeCommit>,
+    /// Where keyed calls wait for a batch, with group commit on.
+    group: Option<group::Queue>,
+}
+
+/// A [`Persistence`] that does not keep it alive (for its own background tasks).
+#[derive(Clone)]
+struct WeakPersistence(std::sync::Weak<Inner>);
+
+impl WeakPersistence {
+    fn upgrade(&self) -> Option<Persistence> {
+        self.0.upgrade().map(|inner| Persistence { inner })
+    }
 }
 
 impl std::fmt::Debug for Persistence {
@@ -140,7 +155,13 @@ impl Persistence {
         encoder: Arc<dyn OutcomeEncoder>,
         before_commit: Option<BeforeCommit>,
     ) -> Self {
-        Self {
+        let (group, writers) = if limits.batch_writers > 0 {
+            let (queue, writers) = group::Queue::start(limits.batch_writers);
+            (Some(queue), Some(writers))
+        } else {
+            (None, None)
+        };
+        let this = Self {
             inner: Arc::new(Inner {
                 pool: pools.keyed,
                 reads: pools.reads,
@@ -149,8 +170,17 @@ impl Persistence {
                 limits,
                 encoder,
                 before_commit,
+                group,
             }),
+        };
+        if let Some(writers) = writers {
+            writers.run(&this);
         }
+        this
+    }
+
+    fn weak(&self) -> WeakPersistence {
+        WeakPersistence(Arc::downgrade(&self.inner))
     }
 
     /// How final batches are sent on the keyed pool's connections.
@@ -181,6 +211,21 @@ impl Persistence {
         key: ScopedKey,
         command: Command,
     ) -> Result<KeyedOutcome, Error> {
+        let (key, command) = match &self.inner.group {
+            Some(queue) => {
+                let (answer, answered) = tokio::sync::oneshot::channel();
+                let member = group::Member::new(call.clone(), key, command, answer);
+                match queue.push(member)? {
+                    None => {
+                        return answered
+                            .await
+                            .map_err(|_| Error::internal("a batch dropped its call unanswered"))?;
+                    }
+                    Some(alone) => (alone.key, alone.command),
+                }
+            }
+            None => (key, command),
+        };
         let this = self.clone();
         let call = call.clone();
         self.inner
@@ -188,6 +233,11 @@ impl Persistence {
             .spawn(async move { keyed::run(&this, &call, &key, &command).await })
             .await
             .map_err(|e| Error::internal(format!("transaction task failed: {e}")))?
+    }
+
+    /// Keyed calls waiting for a group-commit writer (0 without group commit).
+    pub fn waiting_calls(&self) -> usize {
+        self.inner.group.as_ref().map_or(0, group::Queue::waiting)
     }
 
     /// Stops taking new transactions and waits, until `deadline`, for those running

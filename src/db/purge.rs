@@ -7,7 +7,7 @@
 //! as expired. The purge itself only has to stay out of the way:
 //!
 //! * one instance at a time across a fleet: a round runs under the named lock
-//!   `ledger.purge`, and an instance that cannot take it skips the round;
+//!   `ledger.purge.<database>`, and an instance that cannot take it skips the round;
 //! * its session runs in READ COMMITTED and autocommit, so each DELETE locks only
 //!   the rows it deletes (no gap locks in front of new keys) and commits alone;
 //! * batches are ranges of the `created_at` index, found by a read of the index
@@ -37,8 +37,9 @@ pub const BATCH_ROWS: u64 = 1_000;
 /// longer, so a purge works at most half the time, and keyed calls get the server
 /// between its statements.
 pub const PAUSE: Duration = Duration::from_millis(20);
-/// The named lock a round runs under.
-const LOCK: &str = "ledger.purge";
+/// The named lock a round runs under, per database (`GET_LOCK` names are the
+/// server's).
+const LOCK: &str = "CONCAT('ledger.purge.', DATABASE())";
 /// The most often a serving instance starts a round.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// The least often.
@@ -119,7 +120,7 @@ impl Purger {
     ) -> anyhow::Result<Option<Purged>> {
         let mut conn = self.connect().await?;
         let locked: Vec<Locked> = diesel::sql_query(format!(
-            "SELECT GET_LOCK('{LOCK}', {}) AS locked",
+            "SELECT GET_LOCK({LOCK}, {}) AS locked",
             wait.as_secs()
         ))
         .load(&mut conn)

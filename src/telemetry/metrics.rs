@@ -14,6 +14,9 @@ const LOCK_WAIT_TIMEOUTS: &str = "ledger_lock_wait_timeouts_total";
 const RETRIES: &str = "ledger_transaction_retries_total";
 const POOL_CONNECTIONS: &str = "ledger_db_pool_connections";
 const DB_UP: &str = "ledger_db_up";
+const BATCH_CALLS: &str = "ledger_batch_calls";
+const BATCH_SPLITS: &str = "ledger_batch_splits_total";
+const BATCH_WAITING: &str = "ledger_batch_waiting_calls";
 const KEYS_PURGED: &str = "ledger_keys_purged_total";
 const OLDEST_KEY_AGE: &str = "ledger_oldest_key_age_seconds";
 
@@ -56,6 +59,18 @@ fn describe() {
     describe_counter!(RETRIES, "transactions retried whole, by reason");
     describe_gauge!(POOL_CONNECTIONS, "database pool connections, by state");
     describe_gauge!(DB_UP, "1 while the database answers the health check");
+    describe_histogram!(
+        BATCH_CALLS,
+        "keyed calls served by one group-commit transaction"
+    );
+    describe_counter!(
+        BATCH_SPLITS,
+        "group-commit batches whose calls were run one by one"
+    );
+    describe_gauge!(
+        BATCH_WAITING,
+        "keyed calls waiting for a group-commit writer"
+    );
     describe_counter!(KEYS_PURGED, "idempotency key rows deleted by retention");
     describe_gauge!(
         OLDEST_KEY_AGE,
@@ -92,6 +107,21 @@ pub fn retry(reason: &'static str) {
 pub fn pool(idle: u32, in_use: u32) {
     gauge!(POOL_CONNECTIONS, "state" => "idle").set(f64::from(idle));
     gauge!(POOL_CONNECTIONS, "state" => "in_use").set(f64::from(in_use));
+}
+
+#[expect(clippy::cast_precision_loss, reason = "a batch holds at most 64 calls")]
+pub fn batch(calls: usize) {
+    histogram!(BATCH_CALLS).record(calls as f64);
+}
+
+/// `calls` more (or, negative, fewer) calls wait for a group-commit writer.
+#[expect(clippy::cast_precision_loss, reason = "a count of waiting calls")]
+pub fn batch_waiting(calls: isize) {
+    gauge!(BATCH_WAITING).increment(calls as f64);
+}
+
+pub fn batch_split() {
+    counter!(BATCH_SPLITS).increment(1);
 }
 
 pub fn keys_purged(rows: u64) {

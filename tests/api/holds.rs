@@ -10,7 +10,7 @@ use tonic::Code;
 
 use crate::support::{
     Config, Gate, TestApp, TestDb, capture, charge, info, place_hold, raw_call, reason, refund,
-    replayed, transfer, void,
+    replayed, transfer, until_waiting, void,
 };
 
 type Client = pb::ledger_client::LedgerClient<tonic::transport::Channel>;
@@ -305,7 +305,7 @@ async fn thirty_two_identical_holds_place_one() {
         })
         .collect();
     gate.reached().await;
-    db.until_parked(31).await;
+    until_waiting(&db, &[&a, &b], 31).await;
     gate.release();
     let mut replies = Vec::new();
     for call in calls {

@@ -19,6 +19,7 @@ mod declines;
 mod driver_trap;
 mod exactly_once;
 mod faults;
+mod group_commit;
 mod holds;
 mod hostile;
 mod journal;

@@ -9,7 +9,9 @@ use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::Signal;
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::support::{LedgerProcess, TestApp, TestDb, charge, open_funded, run_ledger};
+use crate::support::{
+    LedgerProcess, TestApp, TestDb, charge, free_port, open_funded, run_ledger, scrape,
+};
 
 /// Polls until nothing accepts connections on `addr`; fails after 30 s.
 async fn until_refused(addr: std::net::SocketAddr) {
@@ -210,6 +212,7 @@ async fn the_healthcheck_command_reports_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_drains_calls_in_flight() {
     let db = TestDb::new();
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
     let server = LedgerProcess::serve(
         &db,
         &[
@@ -219,6 +222,8 @@ async fn sigterm_drains_calls_in_flight() {
             "20s",
             "--lock-wait-timeout",
             "30s",
+            "--metrics-listen",
+            &metrics.to_string(),
         ],
     )
     .await;
@@ -236,7 +241,23 @@ async fn sigterm_drains_calls_in_flight() {
             })
         })
         .collect();
-    db.until_waiting_on("accounts", 8).await;
+    // All eight are in flight: claimed in the database, or queued for the writer
+    // whose batch waits for the account.
+    db.until_waiting_on("accounts", 1).await;
+    let mut in_flight_now = 0;
+    for _ in 0..1500 {
+        let queued = scrape(metrics)
+            .await
+            .get("ledger_batch_waiting_calls")
+            .copied()
+            .unwrap_or(0);
+        in_flight_now = db.claimed("flight-%").await + queued;
+        if in_flight_now >= 8 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(in_flight_now, 8, "every call is in flight before SIGTERM");
 
     let addr = server.addr;
     server.signal(Signal::SIGTERM);

@@ -6,7 +6,7 @@ use ledger::proto::pb;
 use tokio::sync::Barrier;
 use tokio::time::Duration;
 
-use crate::support::{Config, Gate, TestApp, TestDb, charge, raw_call, replayed};
+use crate::support::{Config, Gate, TestApp, TestDb, charge, raw_call, replayed, until_waiting};
 
 /// Pools sized so the 64-call storm has a connection for every call (the 63
 /// parked duplicates and the held original) while two storm tests running side
@@ -22,8 +22,9 @@ fn storm_config(gate: Option<Gate>) -> Config {
 }
 
 /// 64 identical charges at once through two instances. The first to claim the key
-/// is held before COMMIT until the other 63 are parked on its row, so every one of
-/// them is a true in-flight duplicate.
+/// is held before COMMIT until the other 63 wait behind it (parked on its row, or
+/// queued behind it for a group-commit writer), so every one of them is a true
+/// in-flight duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_identical_charges_debit_once() {
     let db = TestDb::new();
@@ -45,7 +46,7 @@ async fn sixty_four_identical_charges_debit_once() {
         })
         .collect();
     gate.reached().await;
-    db.until_parked(63).await;
+    until_waiting(&db, &[&a, &b], 63).await;
     gate.release();
 
     let mut replies = Vec::new();
@@ -163,7 +164,7 @@ async fn many_duplicates_of_a_rolled_back_original_charge_once() {
             ))
         })
         .collect();
-    db.until_parked(8).await;
+    until_waiting(&db, &[&a, &b], 8).await;
     original.abort();
 
     let mut replies = Vec::new();

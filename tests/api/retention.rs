@@ -335,7 +335,7 @@ async fn one_instance_purges_at_a_time() {
     let _app = TestApp::spawn(&db).await;
     let mut holder = db.sql().await;
     let held: Option<i64> = holder
-        .query_first("SELECT GET_LOCK('ledger.purge', 0)")
+        .query_first("SELECT GET_LOCK(CONCAT('ledger.purge.', DATABASE()), 0)")
         .await
         .unwrap();
     assert_eq!(held, Some(1));
@@ -346,7 +346,7 @@ async fn one_instance_purges_at_a_time() {
         .unwrap();
     assert_eq!(skipped, None);
     holder
-        .query_drop("DO RELEASE_LOCK('ledger.purge')")
+        .query_drop("DO RELEASE_LOCK(CONCAT('ledger.purge.', DATABASE()))")
         .await
         .unwrap();
     let ran = purger

@@ -9,7 +9,9 @@ use tokio::sync::Barrier;
 use tokio::time::Duration;
 use tonic::Code;
 
-use crate::support::{Config, Gate, TestApp, TestDb, raw_call, reason, replayed, transfer};
+use crate::support::{
+    Config, Gate, TestApp, TestDb, raw_call, reason, replayed, transfer, until_waiting,
+};
 
 fn storm_config(gate: Option<Gate>) -> Config {
     Config {
@@ -45,7 +47,7 @@ async fn sixty_four_identical_transfers_move_money_once() {
         })
         .collect();
     gate.reached().await;
-    db.until_parked(63).await;
+    until_waiting(&db, &[&a, &b], 63).await;
     gate.release();
 
     let mut replies = Vec::new();

@@ -15,7 +15,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use crate::support::proxy::Proxy;
 use crate::support::{
     Config, TestApp, TestDb, charge, reason, replayed, run_ledger, token_line, until_health,
-    with_deadline, with_token,
+    until_in_flight, with_deadline, with_token,
 };
 
 const NOTHING: &str = "nothing was recorded";
@@ -107,7 +107,8 @@ async fn a_silent_database_is_answered_for_and_recovered_from() {
     for i in 0..4 {
         calls.push(tokio::spawn(call(format!("parked-{i}"), parked_on)));
     }
-    db.until_waiting_on("accounts", 4).await;
+    until_in_flight(&db, &[&app], "parked-%", 4).await;
+    db.until_waiting_on("accounts", 1).await;
     for i in 0..6 {
         calls.push(tokio::spawn(call(format!("busy-{i}"), busy)));
     }
@@ -357,7 +358,9 @@ async fn calls_past_the_limit_are_refused_not_queued() {
             })
         })
         .collect();
-    db.until_waiting_on("accounts", 3).await;
+    // All three are in flight, waiting for the account.
+    until_in_flight(&db, &[&app], "p_", 3).await;
+    db.until_waiting_on("accounts", 1).await;
     let started = Instant::now();
     let refused = app
         .client()

@@ -38,6 +38,9 @@ pub struct Config {
     pub multi_primary: Option<MultiPrimary>,
     pub migrate: Option<bool>,
     pub key_retention: Option<Duration>,
+    /// Group-commit writers; `None`: `LEDGER_TEST_BATCH_WRITERS` if set, else the
+    /// service's default.
+    pub batch_writers: Option<usize>,
 }
 
 impl Default for Config {
@@ -58,6 +61,7 @@ impl Default for Config {
             multi_primary: None,
             migrate: None,
             key_retention: None,
+            batch_writers: None,
         }
     }
 }
@@ -91,6 +95,12 @@ impl Config {
             settings.migrate = migrate;
         }
         settings.key_retention = self.key_retention;
+        let from_env = std::env::var("LEDGER_TEST_BATCH_WRITERS")
+            .ok()
+            .map(|v| v.parse().expect("LEDGER_TEST_BATCH_WRITERS is a number"));
+        if let Some(writers) = self.batch_writers.or(from_env) {
+            settings.limits.batch_writers = writers;
+        }
         settings
     }
 }
@@ -111,6 +121,7 @@ fn init_logs() {
 /// A running service instance on a random port.
 pub struct TestApp {
     pub addr: SocketAddr,
+    pub persistence: ledger::db::Persistence,
     stop: CancellationToken,
 }
 
@@ -131,9 +142,28 @@ impl TestApp {
             .await
             .expect("app builds");
         let addr = app.local_addr();
+        let persistence = app.persistence().clone();
         let stop = CancellationToken::new();
         tokio::spawn(app.run_until(stop.clone().cancelled_owned()));
-        Self { addr, stop }
+        Self {
+            addr,
+            persistence,
+            stop,
+        }
+    }
+
+    /// Polls until `n` keyed calls wait for a group-commit writer; fails after 30 s.
+    pub async fn until_queued(&self, n: usize) {
+        for _ in 0..1500 {
+            if self.persistence.waiting_calls() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!(
+            "only {} of {n} calls reached the batch queue",
+            self.persistence.waiting_calls()
+        );
     }
 
     pub async fn client(&self) -> LedgerClient<Channel> {
@@ -193,4 +223,33 @@ impl Drop for TestApp {
     fn drop(&mut self) {
         self.stop.cancel();
     }
+}
+
+/// Polls until `n` calls wait behind a key held in flight: parked on its row in
+/// the database, or queued behind it for a group-commit writer of one of `apps`;
+/// fails after 30 s.
+pub async fn until_waiting(db: &TestDb, apps: &[&TestApp], n: u64) {
+    for _ in 0..1500 {
+        let queued: usize = apps.iter().map(|a| a.persistence.waiting_calls()).sum();
+        let waiting = db.parked_probes().await + u64::try_from(queued).unwrap();
+        if waiting >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("fewer than {n} calls came to wait behind the key in flight");
+}
+
+/// Polls until `n` calls with keys matching `pattern` (SQL LIKE) are in flight:
+/// claimed in the database (one transaction each, or batched), or queued for a
+/// group-commit writer of one of `apps`; fails after 30 s.
+pub async fn until_in_flight(db: &TestDb, apps: &[&TestApp], pattern: &str, n: u64) {
+    for _ in 0..1500 {
+        let queued: usize = apps.iter().map(|a| a.persistence.waiting_calls()).sum();
+        if db.claimed(pattern).await + u64::try_from(queued).unwrap() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("fewer than {n} calls like {pattern} came to be in flight");
 }

@@ -284,6 +284,22 @@ impl TestDb {
         self.until_waiting_on("idempotency_keys", n).await;
     }
 
+    /// Key rows of the keys matching `pattern` (SQL LIKE), committed or not (READ
+    /// UNCOMMITTED): calls that claimed their keys.
+    pub async fn claimed(&self, pattern: &str) -> u64 {
+        let mut conn = self.sql().await;
+        conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+            .await
+            .unwrap();
+        conn.exec_first(
+            "SELECT COUNT(*) FROM idempotency_keys WHERE idempotency_key LIKE ?",
+            (pattern,),
+        )
+        .await
+        .unwrap()
+        .unwrap_or(0)
+    }
+
     /// Polls until `n` statements wait for a row lock of `table`; fails after 30 s.
     pub async fn until_waiting_on(&self, table: &str, n: u64) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

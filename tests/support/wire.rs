@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::{Buf as _, BufMut as _, Bytes};
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 
@@ -203,4 +204,22 @@ pub fn with_token(
     token: &'static str,
 ) -> LedgerClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>> {
     LedgerClient::with_interceptor(channel, Bearer(token))
+}
+
+/// `name{labels}` -> value of every integral series, from the Prometheus text
+/// format (counts and gauges; histogram sums are left out).
+pub async fn scrape(addr: std::net::SocketAddr) -> std::collections::HashMap<String, u64> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (_, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter_map(|(series, value)| Some((series.to_owned(), value.parse().ok()?)))
+        .collect()
 }

@@ -1,0 +1,525 @@
+//! Group commit: keyed calls that arrive while earlier ones are being written are
+//! collected and served by one transaction, so a hot account pays one COMMIT per
+//! batch rather than one per call.
+//!
+//! Batching is natural: each writer serves the calls of a share of the accounts
+//! (by account id) and takes every call waiting when it becomes free (up to
+//! [`MAX_BATCH`]); an idle service runs each call at once, alone. All the calls on
+//! a hot account meet in one writer's queue, and share its COMMITs. A batch's transaction is the one of `keyed`, for many
+//! keys:
+//!
+//! ```text
+//! INSERT INTO idempotency_keys VALUES (k1), (k2), ... ON DUPLICATE KEY UPDATE ...   (keys sorted)
+//! SELECT ... FROM idempotency_keys WHERE (namespace, key) IN (...) FOR UPDATE
+//!   no outcome -> this batch inserted it: new;  an outcome -> a duplicate: replay
+//! lock what the new calls need (accounts ascending, holds, entries), once
+//! decide each new call in arrival order against the running rows (`Book`)
+//! the writes of all; each key's outcome; COMMIT        (one round trip)
+//! ```
+//!
+//! Anything out of the ordinary splits the batch: its calls rerun one by one on
+//! `keyed`'s path, where the probe settles each (SPEC 3.6). That covers a key whose
+//! original is still in flight elsewhere (the probe's lock wait passed), a call
+//! whose caller left or whose deadline passed before the COMMIT, a write that met
+//! a purged key's effect, a decline whose key may have had an effect, a lost
+//! connection or an unknown COMMIT. Deadlocks and certification conflicts retry the
+//! whole batch first.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::failure::{AttemptError, Failure};
+use super::idempotency::{self, BatchKeyRow};
+use super::keyed::{self, LockWait, checkout};
+use super::tx::{Committed, Tx};
+use super::writes::{self, KeyOutcome};
+use super::{Persistence, effects, load};
+use crate::call::Call;
+use crate::error::Error;
+use crate::ledger::{Command, Fingerprint, KeyedOutcome, Refusal, ScopedKey, StoredOutcome};
+use crate::telemetry::metrics;
+
+/// The most calls one transaction serves.
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// A keyed call waiting for, or in, a batch.
+pub(crate) struct Member {
+    pub(crate) call: Call,
+    pub(crate) key: ScopedKey,
+    pub(crate) command: Command,
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) answer: oneshot::Sender<Result<KeyedOutcome, Error>>,
+    /// Keeps the key marked as queued or in a batch until the member is dropped.
+    _claim: Option<Claimed>,
+}
+
+impl Member {
+    pub(crate) fn new(
+        call: Call,
+        key: ScopedKey,
+        command: Command,
+        answer: oneshot::Sender<Result<KeyedOutcome, Error>>,
+    ) -> Self {
+        Self {
+            fingerprint: Fingerprint::of(&command),
+            call,
+            key,
+            command,
+            answer,
+            _claim: None,
+        }
+    }
+}
+
+/// A key this instance has queued or in a batch.
+struct Claimed {
+    key: ScopedKey,
+    keys: Arc<std::sync::Mutex<HashSet<ScopedKey>>>,
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        if let Ok(mut keys) = self.keys.lock() {
+            keys.remove(&self.key);
+        }
+    }
+}
+
+/// One writer's queue.
+struct Shard {
+    sender: mpsc::UnboundedSender<Member>,
+    waiting: Arc<AtomicUsize>,
+}
+
+/// The writers' queues. Each writer serves the calls of a share of the accounts,
+/// so all the calls on one account meet in one queue and batch there, while a
+/// writer that waits (on a key still in flight elsewhere, on a lock) holds up
+/// only its own share.
+pub(crate) struct Queue {
+    shards: Vec<Shard>,
+    /// Keys queued or in a batch here: a second call with one of them does not
+    /// queue behind the first (it would wait on it without the lock-wait bound),
+    /// but goes to the database alone and waits on the key's row there.
+    keys: Arc<std::sync::Mutex<HashSet<ScopedKey>>>,
+}
+
+impl Queue {
+    /// The queues, and their writers to run once the storage exists. A writer
+    /// stops when the queue is dropped.
+    pub(crate) fn start(writers: usize) -> (Self, Writers) {
+        let mut shards = Vec::with_capacity(writers);
+        let mut receivers = Vec::with_capacity(writers);
+        for _ in 0..writers.max(1) {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            let waiting = Arc::new(AtomicUsize::new(0));
+            shards.push(Shard {
+                sender,
+                waiting: waiting.clone(),
+            });
+            receivers.push((receiver, waiting));
+        }
+        let queue = Self {
+            shards,
+            keys: Arc::default(),
+        };
+        (queue, Writers { receivers })
+    }
+
+    /// Queues a call for its writer; gives it back when a call with its key is
+    /// already queued or in a batch here.
+    pub(crate) fn push(&self, mut member: Member) -> Result<Option<Member>, Error> {
+        {
+            let mut keys = self
+                .keys
+                .lock()
+                .map_err(|_| Error::internal("the batch keys' lock is poisoned"))?;
+            if !keys.insert(member.key.clone()) {
+                return Ok(Some(member));
+            }
+        }
+        member._claim = Some(Claimed {
+            key: member.key.clone(),
+            keys: self.keys.clone(),
+        });
+        let shard = self
+            .shards
+            .get(route(&member, self.shards.len()))
+            .ok_or_else(|| Error::internal("no batch writer"))?;
+        shard.waiting.fetch_add(1, Ordering::SeqCst);
+        metrics::batch_waiting(1);
+        shard.sender.send(member).map(|()| None).map_err(|_| {
+            shard.waiting.fetch_sub(1, Ordering::SeqCst);
+            metrics::batch_waiting(-1);
+            Error::internal("the batch writers have stopped")
+        })
+    }
+
+    /// Calls waiting for a writer.
+    pub(crate) fn waiting(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.waiting.load(Ordering::SeqCst))
+            .sum()
+    }
+}
+
+/// The writer of a call: by the lowest account it names, else the lowest entry
+/// or hold (whose account is found only under lock), else its key.
+fn route(member: &Member, writers: usize) -> usize {
+    use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
+    let needs = member.command.operation().needs();
+    let hasher = BuildHasherDefault::<DefaultHasher>::default();
+    let hash = if let Some(account) = needs.accounts.iter().min() {
+        hasher.hash_one(("account", account.get()))
+    } else if let Some(entry) = needs.entries.iter().min() {
+        hasher.hash_one(("entry", entry.get()))
+    } else if let Some(hold) = needs.holds.iter().min() {
+        hasher.hash_one(("hold", hold.get()))
+    } else {
+        hasher.hash_one(("key", member.key.key.as_str()))
+    };
+    usize::try_from(hash % u64::try_from(writers.max(1)).unwrap_or(1)).unwrap_or(0)
+}
+
+/// Writers not yet running: [`Writers::run`] spawns them once the storage they
+/// write to exists.
+pub(crate) struct Writers {
+    receivers: Vec<(mpsc::UnboundedReceiver<Member>, Arc<AtomicUsize>)>,
+}
+
+impl Writers {
+    pub(crate) fn run(self, db: &Persistence) {
+        for (mut receiver, waiting) in self.receivers {
+            let db = db.weak();
+            tokio::spawn(async move {
+                while let Some(batch) = next_batch(&mut receiver).await {
+                    waiting.fetch_sub(batch.len(), Ordering::SeqCst);
+                    metrics::batch_waiting(-isize::try_from(batch.len()).unwrap_or(isize::MAX));
+                    let Some(db) = db.upgrade() else { return };
+                    let tasks = db.inner.tasks.clone();
+                    // Tracked, so shutdown waits for the batch to commit or roll back.
+                    let _ = tasks.spawn(async move { serve(&db, batch).await }).await;
+                }
+            });
+        }
+    }
+}
+
+/// Waits for one call, then takes every call already waiting, up to [`MAX_BATCH`].
+async fn next_batch(receiver: &mut mpsc::UnboundedReceiver<Member>) -> Option<Vec<Member>> {
+    let first = receiver.recv().await?;
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match receiver.try_recv() {
+            Ok(member) => batch.push(member),
+            Err(_) => break,
+        }
+    }
+    Some(batch)
+}
+
+/// Serves a batch: every member is answered.
+async fn serve(db: &Persistence, batch: Vec<Member>) {
+    let mut members = Vec::with_capacity(batch.len());
+    let mut keys = HashSet::new();
+    for member in batch {
+        if let Err(e) = member.call.ensure_live() {
+            let _ = member.answer.send(Err(e));
+        } else if keys.insert(member.key.clone()) {
+            members.push(member);
+        } else {
+            // A second call with a key already in the batch waits for the first on
+            // the key's row, then replays it.
+            alone(db, member);
+        }
+    }
+    if members.len() <= 1 {
+        // Alone, on the one-call path, but in this writer: calls arriving
+        // meanwhile form the next batch.
+        for member in members {
+            let result = keyed::run(db, &member.call, &member.key, &member.command).await;
+            let _ = member.answer.send(result);
+        }
+        return;
+    }
+    metrics::batch(members.len());
+    let max_attempts = db.inner.limits.max_attempts.max(1);
+    let mut attempt = 1;
+    loop {
+        match attempt_batch(db, &members).await {
+            Ok(outcomes) => {
+                for (member, outcome) in members.into_iter().zip(outcomes) {
+                    let _ = member.answer.send(Ok(outcome));
+                }
+                return;
+            }
+            Err(Split::Retry) if attempt < max_attempts => {
+                metrics::retry("conflict");
+                attempt += 1;
+            }
+            Err(Split::Retry | Split::Apart) => break,
+            Err(Split::Unavailable(reason)) => {
+                for member in members {
+                    let recorded = member.call.recorded();
+                    let reason = reason.clone();
+                    let _ = member
+                        .answer
+                        .send(Err(Error::Unavailable { reason, recorded }));
+                }
+                return;
+            }
+        }
+    }
+    metrics::batch_split();
+    for member in members {
+        alone(db, member);
+    }
+}
+
+/// Runs a member on the one-call path, in its own tracked task.
+fn alone(db: &Persistence, member: Member) {
+    let db = db.clone();
+    db.inner.tasks.clone().spawn(async move {
+        let Member {
+            call,
+            key,
+            command,
+            answer,
+            ..
+        } = member;
+        let _ = answer.send(keyed::run(&db, &call, &key, &command).await);
+    });
+}
+
+/// Why a batch did not commit.
+enum Split {
+    /// A deadlock or conflict rolled it back: try the whole batch again.
+    Retry,
+    /// Serve each member alone.
+    Apart,
+    /// The database is silent or no connection was free: every member is
+    /// answered UNAVAILABLE.
+    Unavailable(String),
+}
+
+impl From<AttemptError> for Split {
+    fn from(e: AttemptError) -> Self {
+        match e {
+            AttemptError::Conflict => Self::Retry,
+            AttemptError::Silent(reason) | AttemptError::NoConnection(reason) => {
+                Self::Unavailable(reason)
+            }
+            _ => Self::Apart,
+        }
+    }
+}
+
+/// One transaction for the batch; on success, each member's outcome in order.
+async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<KeyedOutcome>, Split> {
+    let pool = &db.inner.pool;
+    // The member with the least time left bounds the batch's waits.
+    let tightest = members
+        .iter()
+        .min_by_key(|m| m.call.remaining())
+        .map(|m| &m.call)
+        .ok_or(Split::Apart)?;
+    let mut conn = checkout(pool, tightest).await?;
+    let lock_wait = LockWait::lower(&mut conn, pool, tightest, db.inner.limits.lock_wait).await?;
+    let tx = Tx::new(&mut conn, pool, lock_wait.duration());
+    let result = transaction(db, tx, members).await;
+    lock_wait.restore(&mut conn, pool).await;
+    result
+}
+
+async fn transaction(
+    db: &Persistence,
+    mut tx: Tx<'_>,
+    members: &[Member],
+) -> Result<Vec<KeyedOutcome>, Split> {
+    let rows = match claim(&mut tx, members).await {
+        Ok(rows) => rows,
+        Err(failure) => return Err(tx.fail(failure).await.into()),
+    };
+    let mut found = Vec::with_capacity(members.len());
+    for member in members {
+        let Some(row) = rows.iter().find(|r| r.is(&member.key)) else {
+            return Err(tx
+                .fail(Error::internal("a probed key has no row").into())
+                .await
+                .into());
+        };
+        found.push(match row.row.outcome() {
+            None => Found::New,
+            Some(_) if !row.row.binds(member.command.method(), &member.fingerprint) => {
+                Found::Reused
+            }
+            Some(stored) => Found::Replay(stored),
+        });
+    }
+    let decided = match decide(db, &mut tx, members, &found).await {
+        Ok(decided) => decided,
+        Err(failure) => return Err(tx.fail(failure).await.into()),
+    };
+    let Decided { outcomes, batch } = decided;
+    let fresh: Vec<&Member> = members
+        .iter()
+        .zip(&found)
+        .filter(|(_, f)| matches!(f, Found::New))
+        .map(|(m, _)| m)
+        .collect();
+    for member in &fresh {
+        before_commit(db, member).await;
+    }
+    for (i, member) in fresh.iter().enumerate() {
+        if member.call.begin_commit().is_err() {
+            for committing in fresh.iter().take(i) {
+                committing.call.end_commit();
+            }
+            let _ = tx.fail(Failure::Final(Error::Cancelled)).await;
+            return Err(Split::Apart);
+        }
+    }
+    match tx
+        .commit(&batch, db.batch() == writes::Batch::Guarded)
+        .await
+    {
+        Committed::Yes => Ok(members
+            .iter()
+            .zip(found)
+            .zip(outcomes)
+            .map(|((_, found), outcome)| KeyedOutcome {
+                outcome,
+                replayed: !matches!(found, Found::New),
+            })
+            .collect()),
+        Committed::No(failure) => {
+            for member in &fresh {
+                member.call.end_commit();
+            }
+            Err(failure.into())
+        }
+        Committed::Unknown(_) => {
+            for member in &fresh {
+                member.call.commit_unknown();
+            }
+            Err(Split::Apart)
+        }
+    }
+}
+
+/// What the batch found under a member's key.
+enum Found {
+    New,
+    Replay(StoredOutcome),
+    /// The key was first used for a different request.
+    Reused,
+}
+
+async fn claim(tx: &mut Tx<'_>, members: &[Member]) -> Result<Vec<BatchKeyRow>, Failure> {
+    let mut keys: Vec<_> = members
+        .iter()
+        .map(|m| (&m.key, m.command.method(), &m.fingerprint))
+        .collect();
+    keys.sort_by(|a, b| {
+        (a.0.namespace.as_str(), a.0.key.as_str()).cmp(&(b.0.namespace.as_str(), b.0.key.as_str()))
+    });
+    idempotency::probe_all(tx, &keys).await?;
+    let keys: Vec<&ScopedKey> = keys.iter().map(|k| k.0).collect();
+    idempotency::lock_claimed(tx, &keys).await
+}
+
+struct Decided {
+    /// Each member's outcome, in order.
+    outcomes: Vec<StoredOutcome>,
+    batch: String,
+}
+
+/// Locks what the new members need, decides each in arrival order, and builds the
+/// batch. A member whose key was reused cannot be answered inside the batch (its
+/// answer is an error, not an outcome): the batch splits.
+async fn decide(
+    db: &Persistence,
+    tx: &mut Tx<'_>,
+    members: &[Member],
+    found: &[Found],
+) -> Result<Decided, Failure> {
+    if found.iter().any(|f| matches!(f, Found::Reused)) {
+        return Err(Failure::Final(Error::KeyReused));
+    }
+    let fresh: Vec<&Member> = members
+        .iter()
+        .zip(found)
+        .filter(|(_, f)| matches!(f, Found::New))
+        .map(|(m, _)| m)
+        .collect();
+    let needs: Vec<_> = fresh
+        .iter()
+        .map(|m| m.command.operation().needs())
+        .collect();
+    let mut book = if fresh.is_empty() {
+        None
+    } else {
+        Some(load::book(tx, &needs, &db.inner.ids, &db.inner.reads).await?)
+    };
+    let encoder = &db.inner.encoder;
+    let mut decided = Vec::with_capacity(fresh.len());
+    if let Some(book) = book.as_mut() {
+        for member in &fresh {
+            let operation = member.command.operation();
+            book.start_call(member.key.key.clone());
+            let result = operation.decide(book);
+            book.finish_call(result.is_ok());
+            let outcome = match result {
+                Ok(reply) => encoder.reply(&reply),
+                Err(Refusal::Declined(decline)) => {
+                    // A decline writes no effect: a purged key's effect must be looked for.
+                    if effects::first_use(tx, &member.key).await?.is_some() {
+                        return Err(Failure::Final(Error::internal("a purged key in a batch")));
+                    }
+                    encoder.declined(&decline)
+                }
+                Err(Refusal::Internal(detail)) => return Err(Error::internal(detail).into()),
+            };
+            decided.push(outcome);
+        }
+    }
+    let changes = book
+        .map(crate::ledger::Book::into_changes)
+        .unwrap_or_default();
+    db.inner.ids.give_back(&changes.unused);
+    let keys: Vec<KeyOutcome<'_>> = fresh
+        .iter()
+        .zip(&decided)
+        .map(|(m, outcome)| KeyOutcome {
+            key: &m.key,
+            outcome,
+        })
+        .collect();
+    let batch = writes::commit_batch(&changes, &keys, db.batch())?;
+    let mut fresh_outcomes = decided.into_iter();
+    let outcomes = found
+        .iter()
+        .map(|f| match f {
+            Found::Replay(stored) => Ok(stored.clone()),
+            Found::New => fresh_outcomes
+                .next()
+                .ok_or_else(|| Error::internal("a new key without an outcome")),
+            Found::Reused => Err(Error::KeyReused),
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(Decided { outcomes, batch })
+}
+
+async fn before_commit(db: &Persistence, member: &Member) {
+    if let Some(hook) = &db.inner.before_commit {
+        hook(super::BeforeCommitEvent {
+            method: member.command.method(),
+            key: member.key.clone(),
+            call: member.call.clone(),
+        })
+        .await;
+    }
+}

@@ -1,0 +1,320 @@
+//! Group commit: calls that arrive while a writer is busy are served by one
+//! transaction, and every rule of SPEC 3 still holds for each of them. Each test
+//! runs one writer and makes it busy on purpose (a charge parked on an account a
+//! test connection holds), so the calls behind it queue and form the next batch.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable as _;
+use tonic::Code;
+
+use crate::support::{
+    Config, Gate, TestApp, TestDb, charge, credit, reason, replayed, with_deadline,
+};
+
+type Client = ledger::proto::pb::ledger_client::LedgerClient<tonic::transport::Channel>;
+
+fn one_writer() -> Config {
+    Config {
+        batch_writers: Some(1),
+        ..Config::default()
+    }
+}
+
+/// Makes the instance's only writer busy: a charge on a fresh account that a test
+/// connection holds locked. Dropping (or rolling back) the holder frees it.
+async fn busy_writer(db: &TestDb, app: &TestApp) -> mysql_async::Conn {
+    let blocker = app.funded_account("USD", 10).await;
+    let holder = db.lock_account(blocker).await;
+    let mut client = app.client().await;
+    tokio::spawn(async move { client.charge(charge("busy", blocker, 1)).await });
+    db.until_waiting_on("accounts", 1).await;
+    holder
+}
+
+/// The instants at which keys were claimed: one per probe statement.
+async fn claimed_at(db: &TestDb, keys: &[&str]) -> Vec<String> {
+    let mut conn = db.sql().await;
+    let mut at = Vec::new();
+    for key in keys {
+        let row: Option<String> = conn
+            .exec_first(
+                "SELECT CAST(created_at AS CHAR) FROM idempotency_keys WHERE idempotency_key = ?",
+                (key,),
+            )
+            .await
+            .unwrap();
+        at.push(row.expect("a key row"));
+    }
+    at
+}
+
+/// Two charges of 60 on an account holding 100, in one batch: the second sees the
+/// first's debit and is declined, as it would be one transaction later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_decides_each_call_against_the_ones_before_it() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(&db, one_writer()).await;
+    let account = app.funded_account("USD", 100).await;
+    let mut holder = busy_writer(&db, &app).await;
+    let mut calls = Vec::new();
+    for (i, key) in ["first", "second"].into_iter().enumerate() {
+        let mut client = app.client().await;
+        calls.push(tokio::spawn(async move {
+            client.charge(charge(key, account, 60)).await
+        }));
+        app.until_queued(i + 1).await;
+    }
+    holder.query_drop("ROLLBACK").await.unwrap();
+
+    let first = calls.remove(0).await.unwrap().expect("the first is served");
+    let second = calls.remove(0).await.unwrap().unwrap_err();
+    assert_eq!(first.into_inner().entry.unwrap().balance_after, 40);
+    assert_eq!(reason(&second), "INSUFFICIENT_FUNDS");
+    assert_eq!(db.balance(account).await, 40);
+    let at = claimed_at(&db, &["first", "second"]).await;
+    assert_eq!(at[0], at[1], "both keys were claimed by one statement");
+
+    // Each is replayed as its own outcome.
+    let mut client = app.client().await;
+    let again = client
+        .charge(charge("second", account, 60))
+        .await
+        .unwrap_err();
+    assert!(replayed(again.metadata()));
+    assert_eq!(reason(&again), "INSUFFICIENT_FUNDS");
+}
+
+/// A batch holding the duplicate of an original still in flight on another
+/// instance waits on that key at most the lock-wait bound, then splits: the other
+/// calls are served while the original is still held, and the duplicate replays
+/// the original once it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_in_flight_elsewhere_does_not_hold_the_batch_past_the_lock_wait() {
+    let db = TestDb::new();
+    let gate = Gate::new("dup");
+    let elsewhere = TestApp::spawn_with(
+        &db,
+        Config {
+            gate: Some(gate.clone()),
+            batch_writers: Some(0),
+            ..Config::default()
+        },
+    )
+    .await;
+    let app = TestApp::spawn_with(
+        &db,
+        Config {
+            lock_wait: Duration::from_secs(1),
+            ..one_writer()
+        },
+    )
+    .await;
+    let account = app.funded_account("USD", 100).await;
+    let another = app.funded_account("USD", 0).await;
+    let mut original_client = elsewhere.client().await;
+    let original =
+        tokio::spawn(async move { original_client.charge(charge("dup", account, 30)).await });
+    gate.reached().await;
+
+    let mut holder = busy_writer(&db, &app).await;
+    let mut dup_client = app.client().await;
+    let duplicate =
+        tokio::spawn(async move { dup_client.charge(charge("dup", account, 30)).await });
+    app.until_queued(1).await;
+    let mut other_client = app.client().await;
+    let other = tokio::spawn(async move { other_client.credit(credit("other", another, 5)).await });
+    app.until_queued(2).await;
+    holder.query_drop("ROLLBACK").await.unwrap();
+
+    other
+        .await
+        .unwrap()
+        .expect("served while the original is still held");
+    assert!(!original.is_finished(), "the original is still held");
+    let waited = duplicate.await.unwrap().unwrap_err();
+    assert_eq!(waited.code(), Code::Aborted, "{waited:?}");
+    assert_eq!(reason(&waited), "IDEMPOTENCY_KEY_IN_PROGRESS");
+
+    gate.release();
+    let first = original.await.unwrap().unwrap();
+    let mut client = app.client().await;
+    let replay = client.charge(charge("dup", account, 30)).await.unwrap();
+    assert!(replayed(replay.metadata()));
+    assert_eq!(replay.into_inner(), first.into_inner());
+    assert_eq!(db.balance(account).await, 70);
+    assert_eq!(db.balance(another).await, 5);
+}
+
+/// A caller whose deadline passes while its batch is held before COMMIT leaves no
+/// key row, and no other call of the batch fails because of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_caller_gone_mid_batch_costs_the_others_nothing() {
+    let db = TestDb::new();
+    let gate = Gate::new("late");
+    let app = TestApp::spawn_with(
+        &db,
+        Config {
+            gate: Some(gate.clone()),
+            ..one_writer()
+        },
+    )
+    .await;
+    let account = app.funded_account("USD", 100).await;
+    let mut holder = busy_writer(&db, &app).await;
+    let mut late_client = app.client().await;
+    let late = tokio::spawn(async move {
+        late_client
+            .charge(with_deadline(
+                charge("late", account, 10),
+                Duration::from_millis(1500),
+            ))
+            .await
+    });
+    app.until_queued(1).await;
+    let mut on_time = Vec::new();
+    for i in 0..3 {
+        let mut client: Client = app.client().await;
+        on_time.push(tokio::spawn(async move {
+            client
+                .charge(charge(&format!("on-time-{i}"), account, 10))
+                .await
+        }));
+        app.until_queued(2 + i).await;
+    }
+    holder.query_drop("ROLLBACK").await.unwrap();
+    gate.reached().await;
+
+    let late = late.await.unwrap().unwrap_err();
+    assert_eq!(late.code(), Code::DeadlineExceeded, "{late:?}");
+    for call in on_time {
+        call.await.unwrap().expect("served");
+    }
+    db.until_no_open_transactions().await;
+    assert_eq!(db.key_rows("late").await, 0, "no row without an outcome");
+    assert_eq!(db.balance(account).await, 70);
+    let report = ledger::audit::audit(&db.url).await.unwrap();
+    assert!(report.passed(), "{report}");
+}
+
+/// A batch that deadlocks is rolled back whole and retried whole: a transaction
+/// heavier than the batch (so InnoDB picks the batch as the victim) holds the
+/// second of the batch's accounts, and asks for the first once the batch holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_that_deadlocks_is_retried_whole() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(&db, one_writer()).await;
+    let (one, two) = (
+        app.funded_account("USD", 100).await,
+        app.funded_account("USD", 100).await,
+    );
+    let (one, two) = (one.min(two), one.max(two));
+    let mut heavy = db.sql().await;
+    heavy
+        .query_drop("CREATE TABLE ballast (i INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    let mut holder = busy_writer(&db, &app).await;
+    let mut calls = Vec::new();
+    for (i, account) in [one, two].into_iter().enumerate() {
+        let mut client = app.client().await;
+        calls.push(tokio::spawn(async move {
+            client
+                .charge(charge(&format!("pair-{i}"), account, 10))
+                .await
+        }));
+        app.until_queued(i + 1).await;
+    }
+    heavy.query_drop("BEGIN").await.unwrap();
+    heavy
+        .query_drop(
+            "INSERT INTO ballast (i) SELECT a.d + 10 * b.d + 100 * c.d FROM \
+             (SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL \
+              SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL \
+              SELECT 8 UNION ALL SELECT 9) a, \
+             (SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL \
+              SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL \
+              SELECT 8 UNION ALL SELECT 9) b, \
+             (SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL \
+              SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL \
+              SELECT 8 UNION ALL SELECT 9) c",
+        )
+        .await
+        .unwrap();
+    heavy
+        .exec_drop(
+            "SELECT balance FROM accounts WHERE account_id = ? FOR UPDATE",
+            (two,),
+        )
+        .await
+        .unwrap();
+    holder.query_drop("ROLLBACK").await.unwrap();
+    // The batch holds `one` and waits for `two`; asking for `one` closes the cycle.
+    db.until_waiting_on("accounts", 1).await;
+    heavy
+        .exec_drop(
+            "SELECT balance FROM accounts WHERE account_id = ? FOR UPDATE",
+            (one,),
+        )
+        .await
+        .expect("the batch, the lighter transaction, is the deadlock's victim");
+    heavy.query_drop("ROLLBACK").await.unwrap();
+
+    for call in calls {
+        call.await.unwrap().expect("served after the retry");
+    }
+    assert_eq!((db.balance(one).await, db.balance(two).await), (90, 90));
+    for key in ["pair-0", "pair-1"] {
+        assert_eq!(db.entries_for_key(key).await, 1, "{key}");
+    }
+}
+
+/// The batch's COMMIT goes through and its answer is lost with the connection:
+/// every member settles through its own key, and each is charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_batch_commit_is_settled_key_by_key() {
+    let db = TestDb::new();
+    let proxy = crate::support::proxy::Proxy::start(db.server()).await;
+    let app = TestApp::spawn_with(
+        &db,
+        Config {
+            database_url: Some(proxy.url(db.server(), &db.name)),
+            ..one_writer()
+        },
+    )
+    .await;
+    let account = app.funded_account("USD", 100).await;
+    let mut holder = busy_writer(&db, &app).await;
+    let keys = ["settle-0", "settle-1", "settle-2"];
+    // The batch's own text names its keys in hexadecimal; nothing else does.
+    let needle = keys[0].bytes().fold(String::new(), |mut hex, b| {
+        use std::fmt::Write as _;
+        let _ = write!(hex, "{b:02x}");
+        hex
+    });
+    let forwarded = proxy.cut_after_forwarding(&needle, Duration::from_millis(50));
+    let mut calls = Vec::new();
+    for (i, key) in keys.into_iter().enumerate() {
+        let mut client = app.client().await;
+        calls.push(tokio::spawn(async move {
+            client.charge(charge(key, account, 10)).await
+        }));
+        app.until_queued(i + 1).await;
+    }
+    holder.query_drop("ROLLBACK").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), forwarded.notified())
+        .await
+        .expect("the batch's COMMIT went out");
+
+    for call in calls {
+        let settled = call.await.unwrap().expect("settled through the key");
+        assert!(
+            replayed(settled.metadata()),
+            "the outcome the lost COMMIT stored"
+        );
+    }
+    for key in keys {
+        assert_eq!(db.entries_for_key(key).await, 1, "{key}");
+    }
+    assert_eq!(db.balance(account).await, 70);
+}
