@@ -53,7 +53,7 @@ pub(crate) struct Member {
     pub(crate) fingerprint: Fingerprint,
     pub(crate) answer: oneshot::Sender<Result<KeyedOutcome, Error>>,
     /// Keeps the key marked as queued or in a batch until the member is dropped.
-    _claim: Option<Claimed>,
+    claim: Option<Claimed>,
 }
 
 impl Member {
@@ -69,7 +69,7 @@ impl Member {
             key,
             command,
             answer,
-            _claim: None,
+            claim: None,
         }
     }
 }
@@ -140,7 +140,7 @@ impl Queue {
                 return Ok(Some(member));
             }
         }
-        member._claim = Some(Claimed {
+        member.claim = Some(Claimed {
             key: member.key.clone(),
             keys: self.keys.clone(),
         });
