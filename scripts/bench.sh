@@ -52,25 +52,33 @@ for line in open(sys.argv[1]):
 db_port=$(sed -E 's|.*:([0-9]+)/.*|\1|' <<<"$db_url")
 flavor=$(grep -o '"flavor":"[A-Za-z]*"' "$work/serve.log" | head -1 | cut -d'"' -f4)
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$server/stat"; }
+# The database server the service runs (its child), for its CPU time.
+db_pid=$(pgrep -P "$server" | head -1)
+[ -n "$db_pid" ] || fail "no database server under ledger serve"
+cpu_ticks() { awk '{print $14 + $15}' "/proc/${1:-$server}/stat"; }
 reset_peak() { echo 5 > "/proc/$server/clear_refs"; }
 peak_kib() { awk '/VmHWM/ {print $2}' "/proc/$server/status"; }
 
-# scenario NAME CONCURRENCY ACCOUNTS [bench args...]: one JSON line, with the
-# server's CPU per call and peak RSS added.
+# scenario NAME CONCURRENCY ACCOUNTS [bench args...]: one JSON line, with the CPU
+# per call of the service, the database server and the load generator, and the
+# service's peak RSS added.
 scenario() {
   local name=$1 c=$2 a=$3; shift 3
   reset_peak
-  local before; before=$(cpu_ticks)
-  local line
-  line=$("$bin" bench --target "$target" --concurrency "$c" --accounts "$a" --duration "${secs}s" \
-           --warmup 2s --json --database-url "$db_url" "$@")
-  local after; after=$(cpu_ticks)
-  python3 - "$name" "$line" "$((after - before))" "$(peak_kib)" "$(getconf CLK_TCK)" <<'PY'
+  local before db_before; before=$(cpu_ticks); db_before=$(cpu_ticks "$db_pid")
+  local line TIMEFORMAT='%U %S'
+  { time line=$("$bin" bench --target "$target" --concurrency "$c" --accounts "$a" --duration "${secs}s" \
+           --warmup 2s --json --database-url "$db_url" "$@"); } 2>"$work/gen-time"
+  local after db_after; after=$(cpu_ticks); db_after=$(cpu_ticks "$db_pid")
+  python3 - "$name" "$line" "$((after - before))" "$((db_after - db_before))" "$(cat "$work/gen-time")" \
+    "$(peak_kib)" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
-name, line, ticks, peak, hz = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-# CPU over the warm-up and the measured calls alike: per measured call it is an upper bound.
-line.update(name=name, cpu_ms_per_call=ticks * 1000 / hz / max(line["calls"], 1), peak_rss_mib=peak / 1024)
+name, line, ticks, db_ticks, gen, peak, hz = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6]), int(sys.argv[7])
+calls = max(line["calls"], 1)
+# CPU over the warm-up and the measured calls alike: per measured call, an upper bound.
+gen_secs = sum(float(x) for x in gen.split())
+line.update(name=name, cpu_ms_per_call=ticks * 1000 / hz / calls, db_cpu_ms_per_call=db_ticks * 1000 / hz / calls,
+            gen_cpu_ms_per_call=gen_secs * 1000 / calls, peak_rss_mib=peak / 1024)
 print(json.dumps(line))
 PY
 }
@@ -123,7 +131,7 @@ def ratio(rate, key):
 for k, v in sorted(ceil.items()):
     print(f"ceiling {k:<24} {v:>9.0f} tx/s")
 print()
-print(f"{'scenario':<28} {'calls/s':>8} {'x full-tx':>9} {'x seed-min':>10} {'p50 ms':>7} {'p99 ms':>7} {'peak RSS':>9} {'CPU/call':>9}  errors")
+print(f"{'scenario':<28} {'calls/s':>8} {'x full-tx':>9} {'x seed-min':>10} {'p50 ms':>7} {'p99 ms':>7} {'peak RSS':>9} {'CPU ms/call: svc':>16} {'db':>5} {'gen':>5}  errors")
 unique = next(r["calls_per_second"] for r in results if r["name"].startswith("unique,"))
 for r in results:
     hot = "1 hot" in r["name"]
@@ -132,7 +140,7 @@ for r in results:
     note = f"  ({r['calls_per_second'] / unique:.2f}x unique)" if r["name"].startswith(relative) else ""
     print(f"{r['name']:<28} {r['calls_per_second']:>8.0f} {ratio(r['calls_per_second'], f'full-transaction/{a}'):>9} "
           f"{ratio(r['calls_per_second'], f'seed-minimal/{a}'):>10} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
-          f"{r['peak_rss_mib']:>6.1f} MiB {r['cpu_ms_per_call']:>6.3f} ms  {r['errors'] or ''}{note}")
+          f"{r['peak_rss_mib']:>6.1f} MiB {r['cpu_ms_per_call']:>16.3f} {r['db_cpu_ms_per_call']:>5.3f} {r['gen_cpu_ms_per_call']:>5.3f}  {r['errors'] or ''}{note}")
 print(f"\n{flavor}, durable commits, concurrency {conc}; server, database and load generator on one machine;"
       " every scenario's journal and balances checked against its successful calls")
 PY

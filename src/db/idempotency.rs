@@ -223,13 +223,14 @@ pub(crate) async fn probe_all(
     tx: &mut Tx<'_>,
     keys: &[(&ScopedKey, Method, &Fingerprint)],
 ) -> Result<(), Failure> {
+    let keys = super::sql::padded(keys);
     let rows = vec!["(?, ?, ?, ?, UTC_TIMESTAMP(6))"; keys.len()].join(", ");
     let mut sql = Sql::new(format!(
         "INSERT INTO idempotency_keys \
          (namespace, idempotency_key, method, fingerprint, created_at) VALUES {rows} \
          ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key"
     ));
-    for (key, method, fingerprint) in keys {
+    for (key, method, fingerprint) in &keys {
         sql = sql
             .bind(Bind::Bytes(key.namespace.as_str().as_bytes()))
             .bind(Bind::Bytes(key.key.as_str().as_bytes()))
@@ -247,12 +248,13 @@ pub(crate) async fn lock_claimed(
     tx: &mut Tx<'_>,
     keys: &[&ScopedKey],
 ) -> Result<Vec<BatchKeyRow>, Failure> {
+    let keys = super::sql::padded(keys);
     let pairs = vec!["(?, ?)"; keys.len()].join(", ");
     let mut sql = Sql::new(format!(
         "SELECT namespace, idempotency_key, {KEY_COLUMNS} FROM idempotency_keys \
          WHERE (namespace, idempotency_key) IN ({pairs}) FOR UPDATE"
     ));
-    for key in keys {
+    for key in &keys {
         sql = sql
             .bind(Bind::Bytes(key.namespace.as_str().as_bytes()))
             .bind(Bind::Bytes(key.key.as_str().as_bytes()));

@@ -46,12 +46,27 @@ impl<'a> Sql<'a> {
     }
 
     /// `text` followed by ` IN (?, ?, ...)` binding each of `ids`, then `rest`.
+    /// The list is [`padded`], so the statement has one of a few texts.
     pub(crate) fn with_ids(text: &str, ids: &[u64], rest: &str) -> Self {
+        let ids = padded(ids);
         let marks = vec!["?"; ids.len()].join(", ");
         let mut sql = Self::new(format!("{text} IN ({marks}){rest}"));
         sql.binds.extend(ids.iter().map(|id| Bind::U64(*id)));
         sql
     }
+}
+
+/// `items` with its last repeated up to the next power of two. A statement over a
+/// list is prepared and cached per connection for each length of list (on the
+/// server too, where `max_prepared_stmt_count` bounds them all): padded, a batch
+/// of up to 64 calls needs 7 texts of each statement, not 64. Repeating an item
+/// in an `IN` list, or a key in a probe's rows, changes nothing.
+pub(crate) fn padded<T: Clone>(items: &[T]) -> Vec<T> {
+    let mut padded = items.to_vec();
+    if let Some(last) = items.last() {
+        padded.resize(items.len().next_power_of_two(), last.clone());
+    }
+    padded
 }
 
 impl QueryFragment<Mysql> for Sql<'_> {
@@ -121,9 +136,19 @@ mod tests {
     }
 
     #[test]
-    fn id_lists_bind_each_id() {
+    fn id_lists_bind_each_id_padded_to_a_power_of_two() {
         let sql = Sql::with_ids("SELECT 1 FROM t WHERE id", &[3, 1], " FOR UPDATE");
         assert_eq!(sql.text, "SELECT 1 FROM t WHERE id IN (?, ?) FOR UPDATE");
         assert_eq!(sql.binds.len(), 2);
+        let sql = Sql::with_ids("SELECT 1 FROM t WHERE id", &[3, 1, 2], " FOR UPDATE");
+        assert_eq!(
+            sql.text,
+            "SELECT 1 FROM t WHERE id IN (?, ?, ?, ?) FOR UPDATE"
+        );
+        assert!(matches!(
+            sql.binds.as_slice(),
+            [.., Bind::U64(2), Bind::U64(2)]
+        ));
+        assert_eq!(padded::<u8>(&[]), Vec::<u8>::new());
     }
 }
