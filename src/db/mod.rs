@@ -5,6 +5,8 @@
 //! - `self_check`: the check, at start and on every new connection, that the probe
 //!   reports 1 then 0 and the session is as its pool needs; and whether the server
 //!   is a multi-primary node.
+//! - `cluster`: which engine a connection reached, and the causal reads a
+//!   multi-primary node needs for keyed transactions and migrations.
 //! - `migrate`: database creation and the embedded migrations.
 //! - `keyed`: the exactly-once transaction of SPEC 3.2, with its retries; the same
 //!   for every operation. `load` locks what an operation needs, `writes` sends
@@ -16,6 +18,7 @@
 
 mod accounts;
 pub mod audit;
+pub mod cluster;
 mod entries;
 mod failure;
 mod holds;
