@@ -34,9 +34,11 @@ pub struct Settings {
     /// Other nodes of the same database, tried in order when the preferred one
     /// does not answer.
     pub failover_urls: Vec<String>,
-    /// SQL run on every new connection (e.g. causal reads on a cluster), and
-    /// whether to assume a multi-primary cluster.
+    /// SQL run on every new connection, and whether to assume a multi-primary
+    /// cluster.
     pub session: Session,
+    /// How keyed transactions choose among several database URLs.
+    pub routing: db::Routing,
     pub pool: PoolSettings,
     pub limits: Limits,
     /// Apply pending migrations at start; when false, refuse to start if any are.
@@ -95,6 +97,22 @@ async fn check_every_node(urls: &[String], settings: &Settings) -> anyhow::Resul
         }
     }
     Ok(())
+}
+
+/// Opens a keyed connection to some node, to fail at start rather than at the
+/// first call; routed by account, a node that does not answer yet is not needed.
+async fn open_a_keyed_connection(nodes: &db::Nodes) -> anyhow::Result<()> {
+    let mut last = None;
+    for node in nodes.iter() {
+        match node.pool().get().await {
+            Ok(_) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(anyhow::anyhow!(
+        "cannot open a pooled database connection: {}",
+        last.map_or_else(|| "no database URL".to_owned(), |e| e.to_string())
+    ))
 }
 
 /// Tokens sent in the clear can be read off the network: say so at start.
@@ -181,12 +199,9 @@ impl Application {
             settings.pool,
             settings.limits.lock_wait,
             &settings.session,
+            settings.routing,
         );
-        pools
-            .keyed
-            .get()
-            .await
-            .context("cannot open a pooled database connection")?;
+        open_a_keyed_connection(&pools.keyed).await?;
         if let Some(addr) = settings.metrics_listen {
             metrics::install(addr)?;
             tracing::info!(%addr, "serving Prometheus metrics at /metrics");

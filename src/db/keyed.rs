@@ -16,9 +16,11 @@
 //!
 //! A duplicate of an uncommitted original blocks in the probe until the original
 //! ends: after a COMMIT it replays, after a ROLLBACK it does the work itself.
-//! Deadlocks and lost connections retry the whole transaction with jittered
-//! backoff; the probe makes every retry safe, and settles a COMMIT whose answer
-//! was lost (`call`). A call whose deadline is shorter than the lock-wait bound
+//! Deadlocks, certification conflicts and lost connections retry the whole
+//! transaction with jittered backoff; the probe makes every retry safe, and
+//! settles a COMMIT whose answer was lost (`call`). Each attempt goes to the node
+//! its route chooses (`route`); a node whose connection was lost is passed over,
+//! so the retry goes to the next. A call whose deadline is shorter than the lock-wait bound
 //! lowers `innodb_lock_wait_timeout` first, and restores it after.
 
 use std::time::Duration;
@@ -26,6 +28,7 @@ use std::time::Duration;
 use super::failure::{AttemptError, Failure, Step};
 use super::idempotency::{self, Claim};
 use super::pool::{self, CheckoutError, Conn, Pooled};
+use super::route::Route;
 use super::sql::{Bind, Sql};
 use super::tx::{Committed, Tx};
 use super::writes::{self, KeyOutcome};
@@ -49,14 +52,19 @@ pub(super) async fn run(
     command: &Command,
 ) -> Result<KeyedOutcome, Error> {
     let fingerprint = Fingerprint::of(command);
+    let route = Route::of(&command.operation().needs(), key);
     let max_attempts = db.inner.limits.max_attempts.max(1);
     let mut attempt = 1;
     loop {
         call.ensure_live()?;
-        let last = match run_once(db, call, key, command, &fingerprint).await {
+        let node = db.inner.keyed.choose(&route);
+        let last = match run_once(db, node.pool(), call, key, command, &fingerprint).await {
             Ok(outcome) => return Ok(outcome),
             Err(AttemptError::Final(e)) => return Err(e),
             Err(last @ (AttemptError::Silent(_) | AttemptError::NoConnection(_))) => {
+                if let AttemptError::Silent(_) = last {
+                    db.inner.keyed.pass_over(node);
+                }
                 return Err(last.into_error(attempt, call.recorded()));
             }
             Err(retryable) => retryable,
@@ -66,7 +74,8 @@ pub(super) async fn run(
             AttemptError::Conflict => metrics::retry("conflict"),
             AttemptError::ConnectionLost(_) => {
                 metrics::retry("connection");
-                db.inner.pool.report_lost();
+                node.pool().report_lost();
+                db.inner.keyed.pass_over(node);
             }
             AttemptError::Unsettled(_) => metrics::retry("unsettled"),
             AttemptError::Silent(_) | AttemptError::NoConnection(_) | AttemptError::Final(_) => {}
@@ -111,16 +120,18 @@ pub(super) async fn checkout<'a>(
 
 async fn run_once(
     db: &Persistence,
+    pool: &pool::Pool,
     call: &Call,
     key: &ScopedKey,
     command: &Command,
     fingerprint: &Fingerprint,
 ) -> Result<KeyedOutcome, AttemptError> {
-    let pool = &db.inner.pool;
     let mut conn = checkout(pool, call).await?;
     let lock_wait = LockWait::lower(&mut conn, pool, call, db.inner.limits.lock_wait).await?;
+    // Read after checkout, it covers the connection checked out.
+    let batch = Persistence::batch(pool);
     let tx = Tx::new(&mut conn, pool, lock_wait.duration());
-    let result = transaction(db, tx, call, key, command, fingerprint).await;
+    let result = transaction(db, tx, batch, call, key, command, fingerprint).await;
     lock_wait.restore(&mut conn, pool).await;
     result
 }
@@ -182,6 +193,7 @@ async fn set_lock_wait(conn: &mut Conn, pool: &pool::Pool, secs: u64) -> Result<
 async fn transaction(
     db: &Persistence,
     mut tx: Tx<'_>,
+    batch: writes::Batch,
     call: &Call,
     key: &ScopedKey,
     command: &Command,
@@ -197,19 +209,16 @@ async fn transaction(
     // The key was free: whatever an earlier attempt's lost COMMIT did, it did not
     // commit.
     call.settled_nothing();
-    let decided = match decide(db, &mut tx, key, command).await {
+    let decided = match decide(db, &mut tx, batch, key, command).await {
         Ok(decided) => decided,
         Err(failure) => return Err(tx.fail(failure).await),
     };
-    let (outcome, batch) = decided;
+    let (outcome, sql) = decided;
     before_commit(db, call, key, command).await;
     if let Err(e) = call.begin_commit() {
         return Err(tx.fail(Failure::Final(e)).await);
     }
-    match tx
-        .commit(&batch, db.batch() == writes::Batch::Guarded)
-        .await
-    {
+    match tx.commit(&sql, batch == writes::Batch::Guarded).await {
         Committed::Yes => Ok(KeyedOutcome {
             outcome,
             replayed: false,
@@ -234,6 +243,7 @@ async fn transaction(
 async fn decide(
     db: &Persistence,
     tx: &mut Tx<'_>,
+    batch: writes::Batch,
     key: &ScopedKey,
     command: &Command,
 ) -> Result<(crate::ledger::StoredOutcome, String), Failure> {
@@ -255,8 +265,8 @@ async fn decide(
         key,
         outcome: &outcome,
     }];
-    let batch = writes::commit_batch(&changes, &keys, db.batch())?;
-    Ok((outcome, batch))
+    let sql = writes::commit_batch(&changes, &keys, batch)?;
+    Ok((outcome, sql))
 }
 
 /// SPEC 3.2 step 5: the key's committed outcome, if the request is the one the
