@@ -161,9 +161,12 @@ impl Nodes {
         if self.nodes.len() < 2 {
             return;
         }
-        tracing::warn!(node = %node.name, for_ = ?PASS_OVER, "node failed; its accounts move to their next node");
+        let now = Instant::now();
+        if !node.passed_over(now) {
+            tracing::warn!(node = %node.name, for_ = ?PASS_OVER, "node failed; its accounts move to their next node");
+        }
         if let Ok(mut until) = node.passed_over_until.lock() {
-            *until = Some(Instant::now() + PASS_OVER);
+            *until = Some(now + PASS_OVER);
         }
     }
 
