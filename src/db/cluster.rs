@@ -7,12 +7,13 @@
 //! leads to a write of the same rows, but not one that leads to a decline: a
 //! decline writes only its key row, so a charge that read a balance before a
 //! credit committed elsewhere was applied would be declined, and the decline
-//! stored and replayed for good. So every session that decides (keyed
-//! transactions) or that reads what was migrated (migrations, the
-//! pending-migrations check) is made causal here, by the service itself: each
-//! transaction first waits until its node has applied everything the cluster
-//! had committed when it began. The self-check verifies the setting after the
-//! operator's `--session-init`.
+//! stored and replayed for good. So every session the service opens on a
+//! cluster node is made causal here, by the service itself: keyed transactions,
+//! which decide; plain reads, so a client reads its own writes through any
+//! instance; migrations and the pending-migrations check, which must see the
+//! tables and their record together. Each transaction first waits until its
+//! node has applied everything the cluster had committed when it began. The
+//! self-check verifies the setting after the operator's `--session-init`.
 
 use diesel::QueryableByName;
 use diesel::sql_types::Text;
@@ -44,7 +45,7 @@ impl Engine {
     ///
     /// Galera: `wsrep_sync_wait` bit 1 makes every read wait and bit 4 every
     /// INSERT; a keyed transaction begins with an INSERT (the probe), and the
-    /// key look-up is a read. Group Replication: 'BEFORE' makes every
+    /// key look-up and plain reads are reads. Group Replication: 'BEFORE' makes every
     /// transaction wait, when it begins, for what the group committed before.
     pub fn causal_reads(self) -> Option<&'static str> {
         match self {
@@ -95,19 +96,19 @@ pub async fn make_causal(conn: &mut Conn) -> diesel::QueryResult<Engine> {
     Ok(engine)
 }
 
-/// Why a session on a cluster node may not run keyed transactions.
+/// Why a session on a cluster node may not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum NotCausal {
     #[error(
-        "the session's wsrep_sync_wait is {0} after --session-init; keyed transactions on a \
+        "the session's wsrep_sync_wait is {0} after --session-init; the ledger's sessions on a \
          Galera node need bits 1 and 4 (causal reads and inserts), or a stale read could be \
          stored as a decline"
     )]
     Galera(i64),
     #[error(
-        "the session's group_replication_consistency is {0} after --session-init; keyed \
-         transactions need BEFORE or BEFORE_AND_AFTER, or a stale read could be stored as a \
-         decline"
+        "the session's group_replication_consistency is {0} after --session-init; the \
+         ledger's sessions need BEFORE or BEFORE_AND_AFTER, or a stale read could be stored \
+         as a decline"
     )]
     GroupReplication(String),
     #[error(

@@ -252,8 +252,6 @@ async fn ping_if_suspect(conn: &mut Conn, health: &Health) -> diesel::QueryResul
 pub struct Setup {
     /// The role's own statements.
     role: String,
-    /// Whether the session must read causally on a cluster node (`db::cluster`).
-    causal: bool,
     /// The operator's `--session-init`, run last.
     init: Option<String>,
     expect: Expect,
@@ -263,7 +261,6 @@ impl Setup {
     pub fn new(role: Role, session: &Session) -> Self {
         Self {
             role: role.setup(),
-            causal: matches!(role, Role::Keyed { .. }),
             init: session.init.clone(),
             expect: role.expect(session.multi_primary),
         }
@@ -292,12 +289,11 @@ pub async fn open(url: &str, setup: &Setup) -> Result<(Conn, bool), ConnectionEr
         conn.batch_execute(&setup.role)
             .await
             .map_err(setup_failed)?;
-        let engine = if setup.causal {
-            cluster::make_causal(&mut conn).await
-        } else {
-            cluster::engine(&mut conn).await
-        }
-        .map_err(setup_failed)?;
+        // Before the operator's statements, which may strengthen it but not
+        // weaken it (the self-check refuses that).
+        let engine = cluster::make_causal(&mut conn)
+            .await
+            .map_err(setup_failed)?;
         if let Some(init) = &setup.init {
             conn.batch_execute(init).await.map_err(setup_failed)?;
         }

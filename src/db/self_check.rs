@@ -10,8 +10,8 @@
 //! node of a multi-primary cluster, where another node's write can abort a
 //! transaction between the statements of a batch (`db::writes`); on such a node a
 //! keyed session calls the check procedure once, so a missing EXECUTE grant stops
-//! the service at start rather than failing calls after their COMMIT, and must
-//! read causally (`db::cluster`).
+//! the service at start rather than failing calls after their COMMIT, and every
+//! session must read causally (`db::cluster`).
 
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Nullable, Text};
@@ -80,9 +80,7 @@ pub async fn check(
 ) -> Result<bool, SelfCheckError> {
     verify_affected_rows(conn).await?;
     verify_session(conn, expect).await?;
-    if expect.kind == Kind::Keyed {
-        cluster::verify_causal(conn, engine).await?;
-    }
+    cluster::verify_causal(conn, engine).await?;
     let multi_primary = expect.assume_multi_primary || engine.multi_primary();
     if multi_primary && expect.kind == Kind::Keyed {
         conn.batch_execute("CALL ledger_require_committed(TRUE); COMMIT")
