@@ -610,9 +610,10 @@ impl Applier {
         .unwrap()
     }
 
-    /// Returns once a statement of the service matching `pattern` (SQL LIKE)
-    /// runs on the lagging node, waiting for it to catch up; panics if `task`
-    /// answers first, which it could only do from a stale read.
+    /// Returns once a statement of the service on the test's database matching
+    /// `pattern` (SQL LIKE) runs on the lagging node, waiting for it to catch
+    /// up; panics if `task` answers first, which it could only do from a stale
+    /// read.
     async fn until_waiting<T: std::fmt::Debug>(
         &self,
         task: &mut tokio::task::JoinHandle<T>,
@@ -625,16 +626,18 @@ impl Applier {
                 .query_first(match engine() {
                     Engine::Galera => format!(
                         "SELECT COUNT(*) FROM information_schema.processlist \
-                         WHERE db = '{}' AND command IN ('Query', 'Execute') AND info LIKE '{pattern}' \
+                         WHERE (db = '{db}' OR info LIKE '%`{db}`%') \
+                         AND command IN ('Query', 'Execute') AND info LIKE '{pattern}' \
                          AND id <> CONNECTION_ID()",
-                        self.db
+                        db = self.db
                     ),
                     Engine::GroupReplication => format!(
                         "SELECT COUNT(*) FROM performance_schema.threads \
-                         WHERE PROCESSLIST_DB = '{}' AND PROCESSLIST_COMMAND IN ('Query', 'Execute') \
+                         WHERE (PROCESSLIST_DB = '{db}' OR PROCESSLIST_INFO LIKE '%`{db}`%') \
+                         AND PROCESSLIST_COMMAND IN ('Query', 'Execute') \
                          AND PROCESSLIST_INFO LIKE '{pattern}' \
                          AND PROCESSLIST_ID <> CONNECTION_ID()",
-                        self.db
+                        db = self.db
                     ),
                 })
                 .await
