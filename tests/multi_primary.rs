@@ -189,6 +189,24 @@ async fn every_node_is_recognized_as_multi_primary() {
     }
 }
 
+/// A batch's failure is seen whichever of its statements fails: the service's
+/// final batch (writes, COMMIT, the check) would otherwise report success for a
+/// statement that failed after the first. The connection stays usable after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn a_batch_reports_a_failure_in_any_of_its_statements() {
+    use diesel_async::SimpleAsyncConnection as _;
+    let mut conn = ledger::db::pool::connect(&nodes()[0]).await.unwrap();
+    for batch in [
+        "SELECT 1; SELECT * FROM ledger_no_such_table; DO 2",
+        "DO 1; DO 2; SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT = 'late', MYSQL_ERRNO = 1213",
+    ] {
+        let failed = conn.batch_execute(batch).await;
+        assert!(failed.is_err(), "{batch}");
+        conn.batch_execute("DO 3").await.expect("usable after");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
 async fn a_retry_through_another_node_replays() {
