@@ -85,8 +85,15 @@ async fn check_every_node(urls: &[String], settings: &Settings) -> anyhow::Resul
     );
     for url in urls {
         let at = migrate::describe(url);
-        if let Err(e) = db::pool::connect(url).await {
-            tracing::warn!(%at, error = %e, "node unreachable; checked when first used");
+        let mut conn = match db::pool::connect(url).await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(%at, error = %e, "node unreachable; checked when first used");
+                continue;
+            }
+        };
+        if db::self_check::read_only(&mut conn).await? {
+            tracing::warn!(%at, "node is read-only (a replica or a secondary): no keyed transaction goes there while it is");
             continue;
         }
         let (_, multi_primary) = db::pool::open(url, &keyed)

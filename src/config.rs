@@ -321,6 +321,7 @@ mod tests {
         assert_eq!(defaults.pool_size, 16);
         assert_eq!(defaults.lock_wait_timeout, Duration::from_secs(5));
         assert!(defaults.database.database_url.is_empty());
+        assert_eq!(defaults.routing, Routing::Account);
     }
 
     #[test]

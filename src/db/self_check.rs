@@ -49,6 +49,11 @@ pub enum SelfCheckError {
     Procedure(String),
     #[error(transparent)]
     NotCausal(#[from] NotCausal),
+    #[error(
+        "the server is read-only (a replica, or a Group Replication secondary); keyed \
+         transactions need a node that takes writes"
+    )]
+    ReadOnly,
     #[error("the self-check could not run: {0}")]
     Query(#[from] diesel::result::Error),
 }
@@ -118,21 +123,27 @@ struct SessionRow {
     autocommit: i64,
     #[diesel(sql_type = Nullable<Text>)]
     isolation: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    read_only: i64,
 }
 
 async fn verify_session(conn: &mut Conn, expect: Expect) -> Result<(), SelfCheckError> {
     // MySQL 8 and MariaDB 11.1 name it transaction_isolation; MariaDB 10 tx_isolation.
     let row = match diesel::sql_query(
-        "SELECT @@autocommit AS autocommit, @@transaction_isolation AS isolation",
+        "SELECT @@autocommit AS autocommit, @@transaction_isolation AS isolation, \
+         @@read_only AS read_only",
     )
     .get_result::<SessionRow>(conn)
     .await
     {
         Ok(row) => row,
         Err(_) => {
-            diesel::sql_query("SELECT @@autocommit AS autocommit, @@tx_isolation AS isolation")
-                .get_result::<SessionRow>(conn)
-                .await?
+            diesel::sql_query(
+                "SELECT @@autocommit AS autocommit, @@tx_isolation AS isolation, \
+                 @@read_only AS read_only",
+            )
+            .get_result::<SessionRow>(conn)
+            .await?
         }
     };
     let on_off = |on: bool| if on { "on" } else { "off" };
@@ -151,7 +162,26 @@ async fn verify_session(conn: &mut Conn, expect: Expect) -> Result<(), SelfCheck
     if expect.kind == Kind::Keyed && isolation != "REPEATABLE-READ" {
         return Err(SelfCheckError::Isolation(isolation));
     }
+    // An account with SUPER writes to a read-only server anyway: a replica
+    // listed among the URLs would then take writes its primary never sees.
+    if expect.kind == Kind::Keyed && row.read_only != 0 {
+        return Err(SelfCheckError::ReadOnly);
+    }
     Ok(())
+}
+
+/// Whether the server refuses writes (`read_only`), as a replica or a Group
+/// Replication secondary does.
+pub async fn read_only(conn: &mut Conn) -> Result<bool, SelfCheckError> {
+    #[derive(QueryableByName)]
+    struct ReadOnly {
+        #[diesel(sql_type = BigInt)]
+        read_only: i64,
+    }
+    let row: ReadOnly = diesel::sql_query("SELECT @@read_only AS read_only")
+        .get_result(conn)
+        .await?;
+    Ok(row.read_only != 0)
 }
 
 /// True on a Galera node (`wsrep_on`) and on a MySQL server configured for Group
