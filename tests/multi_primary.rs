@@ -963,7 +963,8 @@ struct Tally {
 /// different nodes, with `first` and with `account` routing: conflicts retried
 /// per 1,000 calls and calls answered ABORTED (README, Running on a cluster).
 /// Calls are not retried by the client, so every ABORTED shows. Routed by
-/// account, no call may be answered ABORTED. Runs with `LEDGER_TEST_MEASURE=1`.
+/// account, no call may be answered ABORTED. Runs with `LEDGER_TEST_MEASURE=1`;
+/// `LEDGER_TEST_MEASURE_ATTEMPTS` sets the instances' `--max-attempts` (10).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
 async fn measure_conflicts_by_routing() {
@@ -995,6 +996,8 @@ async fn measure_conflicts_by_routing() {
 async fn measure(routing: &str, workload: &str) -> Tally {
     let db = cluster_db();
     TestApp::spawn(&db).await;
+    let attempts =
+        std::env::var("LEDGER_TEST_MEASURE_ATTEMPTS").unwrap_or_else(|_| "10".to_owned());
     let mut instances = Vec::new();
     let mut metrics = Vec::new();
     for i in 0..2 {
@@ -1011,6 +1014,8 @@ async fn measure(routing: &str, workload: &str) -> Tally {
             "20s",
             "--metrics-listen",
             &metrics_addr,
+            "--max-attempts",
+            &attempts,
         ];
         instances.push(LedgerProcess::serve_urls(&urls_from(&db, i), addr, &args).await);
         metrics.push(metrics_addr.parse::<SocketAddr>().unwrap());
