@@ -28,7 +28,6 @@ use std::time::Duration;
 use super::failure::{AttemptError, Failure, Step};
 use super::idempotency::{self, Claim};
 use super::pool::{self, CheckoutError, Conn, Pooled};
-use super::route::Route;
 use super::sql::{Bind, Sql};
 use super::tx::{Committed, Tx};
 use super::writes::{self, KeyOutcome};
@@ -52,7 +51,11 @@ pub(super) async fn run(
     command: &Command,
 ) -> Result<KeyedOutcome, Error> {
     let fingerprint = Fingerprint::of(command);
-    let route = Route::of(&command.operation().needs(), key);
+    let route = db
+        .inner
+        .keyed
+        .route(&command.operation().needs(), key, &db.inner.reads)
+        .await;
     let max_attempts = db.inner.limits.max_attempts.max(1);
     let mut attempt = 1;
     loop {

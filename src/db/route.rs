@@ -18,6 +18,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Nullable, Unsigned};
+use diesel_async::RunQueryDsl as _;
 use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
@@ -38,26 +41,68 @@ pub enum Routing {
 /// A node that failed is passed over for this long before it is tried again.
 const PASS_OVER: Duration = Duration::from_secs(5);
 
-/// What a transaction is routed by: the lowest account it names, else its key
-/// (an account not yet opened, or an entry or hold named by id), so at least
-/// the copies of one request meet on one node.
+/// What a transaction is routed by: the lowest account it names (or, looked up,
+/// of the entries and holds it names), else its key (an account not yet opened),
+/// so at least the copies of one request meet on one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Route(Vec<u8>);
 
 impl Route {
     pub(crate) fn of(needs: &Needs, key: &ScopedKey) -> Self {
-        let mut bytes;
         if let Some(account) = needs.accounts.iter().min() {
-            bytes = b"account:".to_vec();
-            bytes.extend_from_slice(&account.get().to_be_bytes());
-        } else {
-            bytes = b"key:".to_vec();
-            bytes.extend_from_slice(key.namespace.as_str().as_bytes());
-            bytes.push(0);
-            bytes.extend_from_slice(key.key.as_str().as_bytes());
+            return Self::account(account.get());
         }
+        let mut bytes = b"key:".to_vec();
+        bytes.extend_from_slice(key.namespace.as_str().as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(key.key.as_str().as_bytes());
         Self(bytes)
     }
+
+    fn account(id: u64) -> Self {
+        let mut bytes = b"account:".to_vec();
+        bytes.extend_from_slice(&id.to_be_bytes());
+        Self(bytes)
+    }
+}
+
+/// The longest the look-up of a named entry's or hold's account may take; past
+/// it the transaction is routed by its key.
+const LOCATE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The lowest account of the entries and holds `needs` names, by a plain read:
+/// an entry's or a hold's account never changes, so any node's answer will do.
+async fn lowest_account(needs: &Needs, reads: &Pool) -> Option<u64> {
+    #[derive(QueryableByName)]
+    struct Lowest {
+        #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
+        account_id: Option<u64>,
+    }
+    let list = |ids: Vec<u64>| {
+        if ids.is_empty() {
+            "NULL".to_owned()
+        } else {
+            ids.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let sql = format!(
+        "SELECT MIN(account_id) AS account_id FROM (\
+         SELECT account_id FROM entries WHERE entry_id IN ({}) UNION ALL \
+         SELECT account_id FROM holds WHERE hold_id IN ({})) AS named",
+        list(needs.entries.iter().map(|id| id.get()).collect()),
+        list(needs.holds.iter().map(|id| id.get()).collect()),
+    );
+    let mut conn = reads.checkout(Some(LOCATE_TIMEOUT)).await.ok()?;
+    let found = diesel::sql_query(sql)
+        .get_result::<Lowest>(&mut *conn)
+        .await;
+    if found.is_err() {
+        pool::discard(&mut conn);
+    }
+    found.ok()?.account_id
 }
 
 /// One node and its pool.
@@ -119,6 +164,22 @@ impl Nodes {
         };
         Self {
             nodes: nodes.into(),
+        }
+    }
+
+    /// The route of a transaction: [`Route::of`], except that with several nodes a
+    /// request that names entries or holds but no account (a refund, a capture, a
+    /// void) is routed by their lowest account, so it meets the other calls on
+    /// that account on one node. When the look-up fails it is routed by its key:
+    /// routing decides where contention waits, never what commits.
+    pub(crate) async fn route(&self, needs: &Needs, key: &ScopedKey, reads: &Pool) -> Route {
+        let named = !needs.entries.is_empty() || !needs.holds.is_empty();
+        if self.nodes.len() < 2 || !needs.accounts.is_empty() || !named {
+            return Route::of(needs, key);
+        }
+        match tokio::time::timeout(LOCATE_TIMEOUT, lowest_account(needs, reads)).await {
+            Ok(Some(account)) => Route::account(account),
+            _ => Route::of(needs, key),
         }
     }
 
