@@ -35,9 +35,11 @@ pub struct Settings {
     /// Other nodes of the same database, tried in order when the preferred one
     /// does not answer.
     pub failover_urls: Vec<String>,
-    /// SQL run on every new connection (e.g. causal reads on a cluster), and
-    /// whether to assume a multi-primary cluster.
+    /// SQL run on every new connection, and whether to assume a multi-primary
+    /// cluster.
     pub session: Session,
+    /// How keyed transactions choose among several database URLs.
+    pub routing: db::Routing,
     pub pool: PoolSettings,
     pub limits: Limits,
     /// Apply pending migrations at start; when false, refuse to start if any are.
@@ -86,8 +88,15 @@ async fn check_every_node(urls: &[String], settings: &Settings) -> anyhow::Resul
     );
     for url in urls {
         let at = migrate::describe(url);
-        if let Err(e) = db::pool::connect(url).await {
-            tracing::warn!(%at, error = %e, "node unreachable; checked when first used");
+        let mut conn = match db::pool::connect(url).await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(%at, error = %e, "node unreachable; checked when first used");
+                continue;
+            }
+        };
+        if db::self_check::read_only(&mut conn).await? {
+            tracing::warn!(%at, "node is read-only (a replica or a secondary): no keyed transaction goes there while it is");
             continue;
         }
         let (_, multi_primary) = db::pool::open(url, &keyed)
@@ -98,6 +107,22 @@ async fn check_every_node(urls: &[String], settings: &Settings) -> anyhow::Resul
         }
     }
     Ok(())
+}
+
+/// Opens a keyed connection to some node, to fail at start rather than at the
+/// first call; routed by account, a node that does not answer yet is not needed.
+async fn open_a_keyed_connection(nodes: &db::Nodes) -> anyhow::Result<()> {
+    let mut last = None;
+    for node in nodes.iter() {
+        match node.pool().get().await {
+            Ok(_) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(anyhow::anyhow!(
+        "cannot open a pooled database connection: {}",
+        last.map_or_else(|| "no database URL".to_owned(), |e| e.to_string())
+    ))
 }
 
 /// Tokens sent in the clear can be read off the network: say so at start.
@@ -184,12 +209,9 @@ impl Application {
             settings.pool,
             settings.limits.lock_wait,
             &settings.session,
+            settings.routing,
         );
-        pools
-            .keyed
-            .get()
-            .await
-            .context("cannot open a pooled database connection")?;
+        open_a_keyed_connection(&pools.keyed).await?;
         if let Some(addr) = settings.metrics_listen {
             metrics::install(addr)?;
             tracing::info!(%addr, "serving Prometheus metrics at /metrics");

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::app::{Settings, TlsIdentity};
 use crate::auth::Tokens;
-use crate::db::{Limits, MultiPrimary, PoolSettings, Session, migrate};
+use crate::db::{Limits, MultiPrimary, PoolSettings, Routing, Session, migrate};
 use crate::telemetry::LogFormat;
 
 /// MySQL's upper bound for `innodb_lock_wait_timeout`, in seconds.
@@ -116,6 +116,13 @@ pub struct ServeArgs {
     #[arg(long, env = "LEDGER_MULTI_PRIMARY", value_enum, default_value_t)]
     pub multi_primary: MultiPrimary,
 
+    /// With several database URLs, where keyed transactions go: `account` sends
+    /// each to a node chosen from the account it writes (so instances on
+    /// different nodes do not conflict over an account), `first` all to the
+    /// first node that answers
+    #[arg(long, env = "LEDGER_ROUTING", value_enum, default_value_t)]
+    pub routing: Routing,
+
     /// Largest request message accepted, in bytes; larger ones get RESOURCE_EXHAUSTED
     #[arg(long, env = "LEDGER_MAX_MESSAGE_SIZE", default_value_t = 65_536,
         value_parser = clap::value_parser!(u32).range(1024..=4_194_304))]
@@ -152,7 +159,7 @@ pub struct ServeArgs {
 pub struct DatabaseArgs {
     /// MySQL or MariaDB URL, e.g. mysql://user:pass@db:3306/ledger; the database it
     /// names is created if missing. Several, comma-separated, for the nodes of a
-    /// cluster: connections go to the first that answers. Without any, a private
+    /// cluster (see --routing). Without any, a private
     /// development server is run in --data-dir
     #[arg(
         long,
@@ -163,8 +170,8 @@ pub struct DatabaseArgs {
     )]
     pub database_url: Vec<String>,
 
-    /// SQL run on every new database connection, e.g. "SET SESSION wsrep_sync_wait = 1"
-    /// for causal reads on a Galera cluster
+    /// SQL run on every new database connection, after the service's own setup
+    /// (which makes keyed sessions on a cluster node read causally)
     #[arg(long, env = "LEDGER_SESSION_INIT")]
     pub session_init: Option<String>,
 
@@ -269,6 +276,7 @@ impl ServeArgs {
                 init: self.database.session_init.clone(),
                 multi_primary: self.multi_primary,
             },
+            routing: self.routing,
             pool: PoolSettings {
                 size: self.pool_size,
                 checkout_timeout: self.pool_timeout,
@@ -341,6 +349,7 @@ mod tests {
         assert_eq!(defaults.pool_size, 16);
         assert_eq!(defaults.lock_wait_timeout, Duration::from_secs(5));
         assert!(defaults.database.database_url.is_empty());
+        assert_eq!(defaults.routing, Routing::Account);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::db::{Persistence, Pool};
+use crate::db::{Nodes, Persistence, Pool};
 use crate::telemetry::metrics;
 
 /// The service names whose status is reported: the overall server and the API.
@@ -38,7 +38,7 @@ pub async fn watch_database(db: Persistence, reporter: HealthReporter, stop: Can
             () = stop.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let now_up = answers(&pool).await && keyed_reach(db.keyed()).await;
+        let now_up = answers(&pool).await && keyed_reach_any(db.keyed()).await;
         let state = pool.state();
         metrics::pool(
             state.idle_connections,
@@ -56,6 +56,17 @@ pub async fn watch_database(db: Persistence, reporter: HealthReporter, stop: Can
             }
         }
     }
+}
+
+/// Whether keyed transactions reach some node: routed by account, those of a
+/// node that does not answer go to the next.
+async fn keyed_reach_any(nodes: &Nodes) -> bool {
+    for node in nodes.iter() {
+        if keyed_reach(node.pool()).await {
+            return true;
+        }
+    }
+    false
 }
 
 /// Whether keyed transactions reach the database. After a statement of one went

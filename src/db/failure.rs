@@ -22,16 +22,30 @@ use crate::telemetry::metrics;
 mod code {
     /// `innodb_lock_wait_timeout` passed; InnoDB undid only the statement.
     pub(super) const LOCK_WAIT_TIMEOUT: u32 = 1205;
-    /// Deadlock, or a Galera certification conflict; the transaction was rolled back.
+    /// Deadlock, or a Galera certification conflict; the transaction was rolled
+    /// back. On Group Replication also the next statement of a transaction that
+    /// another member's write set killed.
     pub(super) const DEADLOCK: u32 = 1213;
-    /// Group Replication's certification failure at COMMIT.
+    /// Group Replication's certification failure at COMMIT: of two members
+    /// claiming the same rows at once, the loser's; rolled back.
     pub(super) const PLUGIN_ROLLBACK: u32 = 3101;
-    /// "Got error ... during COMMIT": on Group Replication, a transaction that lost
-    /// to another member's write of the same rows; rolled back.
+    /// "Got error 149 - 'Lock deadlock; Retry transaction' during COMMIT": on
+    /// Group Replication, a transaction that another member's write of the same
+    /// rows killed while it committed; rolled back.
     pub(super) const ERROR_DURING_COMMIT: u32 = 1180;
     /// A unique key already holds the value: here, an effect (an entry, a hold, an
     /// account) already carries the key being written (SPEC 3.5).
     pub(super) const DUPLICATE_ENTRY: u32 = 1062;
+    /// Group Replication refused the transaction in a commit hook (the member
+    /// is not ONLINE); rolled back.
+    pub(super) const RUN_HOOK_ERROR: u32 = 3100;
+    /// The server is read-only (`super_read_only`): a Group Replication member
+    /// that left its group, or a replica.
+    pub(super) const READ_ONLY: u32 = 1290;
+    /// Group Replication: causal reads cannot be had on the member now (not
+    /// ONLINE), or waiting for the group's earlier transactions failed.
+    pub(super) const CONSISTENCY_NOT_ALLOWED: u32 = 3796;
+    pub(super) const CONSISTENCY_BEFORE_FAILED: u32 = 3797;
     /// The server is shutting down.
     pub(super) const SERVER_SHUTDOWN: u32 = 1053;
     /// A Galera node that is not synced refuses statements.
@@ -187,8 +201,14 @@ fn by_code(code: u32, step: Step, lock_wait: Duration, message: &str) -> Attempt
         code::DUPLICATE_ENTRY if step == Step::Commit => {
             AttemptError::KeyOnEffect(format!("{step:?}: error {code}: {message}"))
         }
+        // The node cannot take this transaction now: another connection (to
+        // another node, routed by account) is tried.
         code::SERVER_SHUTDOWN
         | code::WSREP_NOT_READY
+        | code::RUN_HOOK_ERROR
+        | code::READ_ONLY
+        | code::CONSISTENCY_NOT_ALLOWED
+        | code::CONSISTENCY_BEFORE_FAILED
         | code::QUERY_INTERRUPTED
         | code::CONNECTION_KILLED
         | code::CLIENT_INTERACTION_TIMEOUT => {
@@ -250,6 +270,18 @@ mod tests {
             by_code(1927, Step::LockAccounts, wait, ""),
             AttemptError::ConnectionLost(_)
         ));
+        for rolled_back in [1213, 1180, 3101] {
+            assert!(matches!(
+                by_code(rolled_back, Step::Commit, wait, ""),
+                AttemptError::Conflict
+            ));
+        }
+        for elsewhere in [3100, 1290, 3796, 3797] {
+            assert!(matches!(
+                by_code(elsewhere, Step::Probe, wait, ""),
+                AttemptError::ConnectionLost(_)
+            ));
+        }
         assert!(matches!(
             by_code(1146, Step::Commit, wait, ""),
             AttemptError::Final(Error::Internal(_))

@@ -317,28 +317,60 @@ impl From<AttemptError> for Split {
     }
 }
 
-/// One transaction for the batch; on success, each member's outcome in order.
+/// One transaction for the batch, on the node its first member routes to; on
+/// success, each member's outcome in order.
 async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<KeyedOutcome>, Split> {
-    let pool = &db.inner.pool;
+    let first = members.first().ok_or(Split::Apart)?;
+    let route = db
+        .inner
+        .keyed
+        .route(
+            &first.command.operation().needs(),
+            &first.key,
+            &db.inner.reads,
+        )
+        .await;
+    let node = db.inner.keyed.choose(&route);
+    let pool = node.pool();
     // The member with the least time left bounds the batch's waits.
     let tightest = members
         .iter()
         .min_by_key(|m| m.call.remaining())
-        .map(|m| &m.call)
-        .ok_or(Split::Apart)?;
-    let mut conn = checkout(pool, tightest).await?;
-    let lock_wait = LockWait::lower(&mut conn, pool, tightest, db.inner.limits.lock_wait).await?;
-    let tx = Tx::new(&mut conn, pool, lock_wait.duration());
-    let result = transaction(db, tx, members).await;
-    lock_wait.restore(&mut conn, pool).await;
-    result
+        .map_or(&first.call, |m| &m.call);
+    let result = async {
+        let mut conn = checkout(pool, tightest).await?;
+        let lock_wait =
+            LockWait::lower(&mut conn, pool, tightest, db.inner.limits.lock_wait).await?;
+        // Read after checkout, it covers the connection checked out.
+        let batch = Persistence::batch(pool);
+        let tx = Tx::new(&mut conn, pool, lock_wait.duration());
+        let result = transaction(db, tx, batch, members).await;
+        lock_wait.restore(&mut conn, pool).await;
+        result
+    }
+    .await;
+    if let Err(Attempt(AttemptError::ConnectionLost(_) | AttemptError::Silent(_))) = &result {
+        pool.report_lost();
+        db.inner.keyed.pass_over(node);
+    }
+    result.map_err(|Attempt(e)| Split::from(e))
+}
+
+/// A failed attempt at a batch, before it is turned into what to do next.
+struct Attempt(AttemptError);
+
+impl From<AttemptError> for Attempt {
+    fn from(e: AttemptError) -> Self {
+        Self(e)
+    }
 }
 
 async fn transaction(
     db: &Persistence,
     mut tx: Tx<'_>,
+    batch_kind: writes::Batch,
     members: &[Member],
-) -> Result<Vec<KeyedOutcome>, Split> {
+) -> Result<Vec<KeyedOutcome>, Attempt> {
     let rows = match claim(&mut tx, members).await {
         Ok(rows) => rows,
         Err(failure) => return Err(tx.fail(failure).await.into()),
@@ -359,7 +391,7 @@ async fn transaction(
             Some(stored) => Found::Replay(stored),
         });
     }
-    let decided = match decide(db, &mut tx, members, &found).await {
+    let decided = match decide(db, &mut tx, batch_kind, members, &found).await {
         Ok(decided) => decided,
         Err(failure) => return Err(tx.fail(failure).await.into()),
     };
@@ -378,12 +410,11 @@ async fn transaction(
             for committing in fresh.iter().take(i) {
                 committing.call.end_commit();
             }
-            let _ = tx.fail(Failure::Final(Error::Cancelled)).await;
-            return Err(Split::Apart);
+            return Err(tx.fail(Failure::Final(Error::Cancelled)).await.into());
         }
     }
     match tx
-        .commit(&batch, db.batch() == writes::Batch::Guarded)
+        .commit(&batch, batch_kind == writes::Batch::Guarded)
         .await
     {
         Committed::Yes => Ok(members
@@ -401,11 +432,15 @@ async fn transaction(
             }
             Err(failure.into())
         }
-        Committed::Unknown(_) => {
+        Committed::Unknown(failure) => {
             for member in &fresh {
                 member.call.commit_unknown();
             }
-            Err(Split::Apart)
+            // Whatever the failure, every member settles through its key.
+            Err(Attempt(match failure {
+                lost @ (AttemptError::ConnectionLost(_) | AttemptError::Silent(_)) => lost,
+                other => AttemptError::Unsettled(format!("{other:?}")),
+            }))
         }
     }
 }
@@ -443,6 +478,7 @@ struct Decided {
 async fn decide(
     db: &Persistence,
     tx: &mut Tx<'_>,
+    batch_kind: writes::Batch,
     members: &[Member],
     found: &[Found],
 ) -> Result<Decided, Failure> {
@@ -498,7 +534,7 @@ async fn decide(
             outcome,
         })
         .collect();
-    let batch = writes::commit_batch(&changes, &keys, db.batch())?;
+    let batch = writes::commit_batch(&changes, &keys, batch_kind)?;
     let mut fresh_outcomes = decided.into_iter();
     let outcomes = found
         .iter()

@@ -16,9 +16,11 @@
 //!
 //! A duplicate of an uncommitted original blocks in the probe until the original
 //! ends: after a COMMIT it replays, after a ROLLBACK it does the work itself.
-//! Deadlocks and lost connections retry the whole transaction with jittered
-//! backoff; the probe makes every retry safe, and settles a COMMIT whose answer
-//! was lost (`call`). A call whose deadline is shorter than the lock-wait bound
+//! Deadlocks, certification conflicts and lost connections retry the whole
+//! transaction with jittered backoff; the probe makes every retry safe, and
+//! settles a COMMIT whose answer was lost (`call`). Each attempt goes to the node
+//! its route chooses (`route`); a node whose connection was lost is passed over,
+//! so the retry goes to the next. A call whose deadline is shorter than the lock-wait bound
 //! lowers `innodb_lock_wait_timeout` first, and restores it after.
 
 use std::time::Duration;
@@ -49,12 +51,28 @@ pub(super) async fn run(
     command: &Command,
 ) -> Result<KeyedOutcome, Error> {
     let fingerprint = Fingerprint::of(command);
+    let route = db
+        .inner
+        .keyed
+        .route(&command.operation().needs(), key, &db.inner.reads)
+        .await;
     let max_attempts = db.inner.limits.max_attempts.max(1);
     let mut attempt = 1;
     let mut prove_unused = false;
     loop {
         call.ensure_live()?;
-        let last = match run_once(db, call, key, command, &fingerprint, prove_unused).await {
+        let node = db.inner.keyed.choose(&route);
+        let last = match run_once(
+            db,
+            node.pool(),
+            call,
+            key,
+            command,
+            &fingerprint,
+            prove_unused,
+        )
+        .await
+        {
             Ok(outcome) => return Ok(outcome),
             Err(AttemptError::Final(e)) => return Err(e),
             Err(AttemptError::KeyOnEffect(reason)) if !prove_unused => {
@@ -63,6 +81,9 @@ pub(super) async fn run(
                 continue;
             }
             Err(last @ (AttemptError::Silent(_) | AttemptError::NoConnection(_))) => {
+                if let AttemptError::Silent(_) = last {
+                    db.inner.keyed.pass_over(node);
+                }
                 return Err(last.into_error(attempt, call.recorded()));
             }
             Err(retryable) => retryable,
@@ -72,7 +93,8 @@ pub(super) async fn run(
             AttemptError::Conflict => metrics::retry("conflict"),
             AttemptError::ConnectionLost(_) => {
                 metrics::retry("connection");
-                db.inner.pool.report_lost();
+                node.pool().report_lost();
+                db.inner.keyed.pass_over(node);
             }
             AttemptError::Unsettled(_) => metrics::retry("unsettled"),
             AttemptError::Silent(_)
@@ -120,17 +142,22 @@ pub(super) async fn checkout<'a>(
 
 async fn run_once(
     db: &Persistence,
+    pool: &pool::Pool,
     call: &Call,
     key: &ScopedKey,
     command: &Command,
     fingerprint: &Fingerprint,
     prove_unused: bool,
 ) -> Result<KeyedOutcome, AttemptError> {
-    let pool = &db.inner.pool;
     let mut conn = checkout(pool, call).await?;
     let lock_wait = LockWait::lower(&mut conn, pool, call, db.inner.limits.lock_wait).await?;
+    // Read after checkout, it covers the connection checked out.
+    let mode = Mode {
+        batch: Persistence::batch(pool),
+        prove_unused,
+    };
     let tx = Tx::new(&mut conn, pool, lock_wait.duration());
-    let result = transaction(db, tx, call, key, command, fingerprint, prove_unused).await;
+    let result = transaction(db, tx, mode, call, key, command, fingerprint).await;
     lock_wait.restore(&mut conn, pool).await;
     result
 }
@@ -183,8 +210,16 @@ async fn set_lock_wait(conn: &mut Conn, pool: &pool::Pool, secs: u64) -> Result<
     }
 }
 
+/// How an attempt runs: how its final batch is sent on its connection's node, and
+/// whether an earlier attempt's write met an effect carrying the key
+/// (`prove_unused`).
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    batch: writes::Batch,
+    prove_unused: bool,
+}
+
 /// The probe, then the work of a new key or the replay of a duplicate.
-/// `prove_unused`: an earlier attempt's write met an effect carrying the key.
 ///
 /// Transactions are plain statements on the connection rather than diesel's
 /// transaction manager, since the final writes and COMMIT travel together, which
@@ -193,11 +228,11 @@ async fn set_lock_wait(conn: &mut Conn, pool: &pool::Pool, secs: u64) -> Result<
 async fn transaction(
     db: &Persistence,
     mut tx: Tx<'_>,
+    mode: Mode,
     call: &Call,
     key: &ScopedKey,
     command: &Command,
     fingerprint: &Fingerprint,
-    prove_unused: bool,
 ) -> Result<KeyedOutcome, AttemptError> {
     let claim = match idempotency::probe(&mut tx, key, command.method(), fingerprint).await {
         Ok(claim) => claim,
@@ -209,19 +244,16 @@ async fn transaction(
     // The key was free: whatever an earlier attempt's lost COMMIT did, it did not
     // commit.
     call.settled_nothing();
-    let decided = match decide(db, &mut tx, key, command, prove_unused).await {
+    let decided = match decide(db, &mut tx, mode, key, command).await {
         Ok(decided) => decided,
         Err(failure) => return Err(tx.fail(failure).await),
     };
-    let (outcome, batch) = decided;
+    let (outcome, sql) = decided;
     before_commit(db, call, key, command).await;
     if let Err(e) = call.begin_commit() {
         return Err(tx.fail(Failure::Final(e)).await);
     }
-    match tx
-        .commit(&batch, db.batch() == writes::Batch::Guarded)
-        .await
-    {
+    match tx.commit(&sql, mode.batch == writes::Batch::Guarded).await {
         Committed::Yes => Ok(KeyedOutcome {
             outcome,
             replayed: false,
@@ -252,9 +284,9 @@ async fn transaction(
 async fn decide(
     db: &Persistence,
     tx: &mut Tx<'_>,
+    mode: Mode,
     key: &ScopedKey,
     command: &Command,
-    prove_unused: bool,
 ) -> Result<(crate::ledger::StoredOutcome, String), Failure> {
     let operation = command.operation();
     let needs = [operation.needs()];
@@ -262,7 +294,7 @@ async fn decide(
     book.start_call(key.key.clone());
     let decided = operation.decide(&mut book);
     book.finish_call(decided.is_ok());
-    if (prove_unused || matches!(decided, Err(Refusal::Declined(_))))
+    if (mode.prove_unused || matches!(decided, Err(Refusal::Declined(_))))
         && let Some(first) = effects::first_use(tx, key).await?
     {
         db.inner.ids.give_back(&book.into_changes().unused);
@@ -280,8 +312,8 @@ async fn decide(
         key,
         outcome: &outcome,
     }];
-    let batch = writes::commit_batch(&changes, &keys, db.batch())?;
-    Ok((outcome, batch))
+    let sql = writes::commit_batch(&changes, &keys, mode.batch)?;
+    Ok((outcome, sql))
 }
 
 /// SPEC 3.2 step 5: the key's committed outcome, if the request is the one the

@@ -11,6 +11,7 @@ use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use mysql_async::{Opts, OptsBuilder};
 
+use super::cluster;
 use super::pool::connect;
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
@@ -162,7 +163,7 @@ pub async fn ensure_database(url: &str) -> Result<(), MigrateError> {
 /// Instances starting together take turns: a named lock, held by the migrating
 /// session until it closes, serializes them, and the later ones find nothing to do.
 pub async fn run_migrations(url: &str) -> Result<Vec<String>, MigrateError> {
-    let mut conn = connect(url).await?;
+    let mut conn = causal(url).await?;
     let locked: Option<i32> = diesel::select(sql::<Nullable<Integer>>(&format!(
         "GET_LOCK('{MIGRATION_LOCK}', {MIGRATION_LOCK_WAIT_SECS})"
     )))
@@ -192,7 +193,7 @@ pub async fn pending(url: &str) -> Result<Vec<String>, MigrateError> {
         #[diesel(sql_type = diesel::sql_types::Text)]
         version: String,
     }
-    let mut conn = connect(url).await?;
+    let mut conn = causal(url).await?;
     let applied: Vec<Applied> = diesel::sql_query("SELECT version FROM __diesel_schema_migrations")
         .load(&mut conn)
         .await
@@ -205,6 +206,18 @@ pub async fn pending(url: &str) -> Result<Vec<String>, MigrateError> {
         .map(|m| m.name().version().to_string())
         .filter(|version| !applied.iter().any(|a| a.version == *version))
         .collect())
+}
+
+/// A connection whose reads see everything the cluster committed before they
+/// began (`db::cluster`): an instance started on one node right after another
+/// migrated through a second must see the migrations' tables and their record
+/// together, or it would apply them again.
+async fn causal(url: &str) -> Result<AsyncMysqlConnection, MigrateError> {
+    let mut conn = connect(url).await?;
+    cluster::make_causal(&mut conn)
+        .await
+        .map_err(|e| MigrateError::Migrations(format!("setting causal reads: {e}")))?;
+    Ok(conn)
 }
 
 type Harness = AsyncConnectionWrapper<AsyncMysqlConnection>;

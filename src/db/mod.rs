@@ -5,10 +5,13 @@
 //! - `self_check`: the check, at start and on every new connection, that the probe
 //!   reports 1 then 0 and the session is as its pool needs; and whether the server
 //!   is a multi-primary node.
+//! - `cluster`: which engine a connection reached, and the causal reads a
+//!   multi-primary node needs for keyed transactions and migrations.
 //! - `migrate`: database creation and the embedded migrations.
 //! - `keyed`: the exactly-once transaction of SPEC 3.2, with its retries; the same
 //!   for every operation. `load` locks what an operation needs, `writes` sends
 //!   what it changed with the COMMIT, `tx` bounds each round trip.
+//! - `route`: which node of a cluster a keyed transaction goes to.
 //! - `failure`: classification of failed statements by MySQL error code.
 //! - `idempotency`, `accounts`, `entries`, `holds`: one file per table;
 //!   `ids`: ids in blocks; `reads`: the plain reads and the key look-up; `sql`:
@@ -16,6 +19,7 @@
 
 mod accounts;
 pub mod audit;
+pub mod cluster;
 mod effects;
 mod entries;
 mod failure;
@@ -29,6 +33,7 @@ pub mod migrate;
 pub mod pool;
 pub mod purge;
 mod reads;
+pub mod route;
 pub mod secrets;
 pub mod self_check;
 mod sql;
@@ -47,6 +52,7 @@ use crate::ledger::{Command, KeyedOutcome, Method, OutcomeEncoder, ScopedKey};
 pub use idempotency::KeyRow;
 pub use pool::{MultiPrimary, Pool, PoolSettings, Role, Session};
 pub use reads::Page;
+pub use route::{Nodes, Routing};
 
 /// Bounds on waiting and retrying. Every wait in a transaction is bounded by one of
 /// these or by the caller's deadline, whichever is shorter.
@@ -79,21 +85,24 @@ pub struct BeforeCommitEvent {
 /// The pools a `Persistence` uses.
 #[derive(Debug, Clone)]
 pub struct Pools {
-    /// Keyed transactions; sessions without autocommit (see `pool::build`).
-    pub keyed: Pool,
+    /// Keyed transactions; sessions without autocommit (see `pool::build`), one
+    /// pool per node when routed by account (`route`).
+    pub keyed: Nodes,
     /// Plain reads and health checks, in autocommit.
     pub reads: Pool,
 }
 
 impl Pools {
-    /// Builds both over the nodes `urls` (tried in order for every new
-    /// connection): `settings.size` keyed connections, and a quarter as many (at
-    /// least 2) for reads, which take no locks and are over in one round trip.
+    /// Builds both over the nodes `urls`: `settings.size` keyed connections (per
+    /// node, routed by account), and a quarter as many (at least 2) for reads,
+    /// which take no locks and are over in one round trip, on the first node
+    /// that answers.
     pub fn build(
         urls: &[String],
         settings: PoolSettings,
         lock_wait: std::time::Duration,
         session: &Session,
+        routing: Routing,
     ) -> Self {
         let reads = PoolSettings {
             size: (settings.size / 4).max(2),
@@ -103,7 +112,7 @@ impl Pools {
             lock_wait_secs: crate::call::whole_secs(lock_wait),
         };
         Self {
-            keyed: pool::build(urls, settings, keyed, session),
+            keyed: Nodes::build(urls, settings, keyed, session, routing),
             reads: pool::build(urls, reads, Role::Reads, session),
         }
     }
@@ -116,7 +125,7 @@ pub struct Persistence {
 }
 
 struct Inner {
-    pool: Pool,
+    keyed: Nodes,
     reads: Pool,
     ids: ids::Ids,
     /// The transaction tasks, so shutdown can wait for them to commit or roll back.
@@ -142,7 +151,7 @@ impl WeakPersistence {
 impl std::fmt::Debug for Persistence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Persistence")
-            .field("pool", &self.inner.pool.state())
+            .field("pool", &self.inner.keyed.first().pool().state())
             .field("limits", &self.inner.limits)
             .finish_non_exhaustive()
     }
@@ -163,7 +172,7 @@ impl Persistence {
         };
         let this = Self {
             inner: Arc::new(Inner {
-                pool: pools.keyed,
+                keyed: pools.keyed,
                 reads: pools.reads,
                 ids: ids::Ids::default(),
                 tasks: TaskTracker::new(),
@@ -183,9 +192,9 @@ impl Persistence {
         WeakPersistence(Arc::downgrade(&self.inner))
     }
 
-    /// How final batches are sent on the keyed pool's connections.
-    fn batch(&self) -> writes::Batch {
-        if self.inner.pool.multi_primary() {
+    /// How final batches are sent on `pool`'s connections.
+    fn batch(pool: &Pool) -> writes::Batch {
+        if pool.multi_primary() {
             writes::Batch::Guarded
         } else {
             writes::Batch::Plain
@@ -197,9 +206,9 @@ impl Persistence {
         &self.inner.reads
     }
 
-    /// The pool of keyed transactions.
-    pub fn keyed(&self) -> &Pool {
-        &self.inner.pool
+    /// The pools of keyed transactions.
+    pub fn keyed(&self) -> &Nodes {
+        &self.inner.keyed
     }
 
     /// Runs a keyed command exactly once (SPEC 3.2). The work runs in its own task,

@@ -23,6 +23,7 @@ use futures::FutureExt as _;
 use mysql_async::{Opts, OptsBuilder};
 use tokio::sync::watch;
 
+use super::cluster;
 use super::self_check::{self, Expect, Kind};
 
 pub type Conn = AsyncMysqlConnection;
@@ -127,7 +128,7 @@ pub async fn connect(url: &str) -> Result<Conn, ConnectionError> {
 /// What every connection of a pool is told or asked when it is opened.
 #[derive(Debug, Clone, Default)]
 pub struct Session {
-    /// SQL run on every new connection (e.g. causal reads on a cluster).
+    /// SQL run on every new connection, after the service's own setup.
     pub init: Option<String>,
     pub multi_primary: MultiPrimary,
 }
@@ -249,17 +250,18 @@ async fn ping_if_suspect(conn: &mut Conn, health: &Health) -> diesel::QueryResul
 /// How a new connection is set up and what it must pass.
 #[derive(Debug)]
 pub struct Setup {
-    statements: Vec<String>,
+    /// The role's own statements.
+    role: String,
+    /// The operator's `--session-init`, run last.
+    init: Option<String>,
     expect: Expect,
 }
 
 impl Setup {
     pub fn new(role: Role, session: &Session) -> Self {
         Self {
-            statements: [Some(role.setup()), session.init.clone()]
-                .into_iter()
-                .flatten()
-                .collect(),
+            role: role.setup(),
+            init: session.init.clone(),
             expect: role.expect(session.multi_primary),
         }
     }
@@ -283,12 +285,19 @@ async fn open_first(urls: &[String], setup: &Setup) -> Result<(Conn, bool), Conn
 pub async fn open(url: &str, setup: &Setup) -> Result<(Conn, bool), ConnectionError> {
     let opening = async {
         let mut conn = connect(url).await?;
-        for sql in &setup.statements {
-            conn.batch_execute(sql)
-                .await
-                .map_err(ConnectionError::CouldntSetupConfiguration)?;
+        let setup_failed = ConnectionError::CouldntSetupConfiguration;
+        conn.batch_execute(&setup.role)
+            .await
+            .map_err(setup_failed)?;
+        // Before the operator's statements, which may strengthen it but not
+        // weaken it (the self-check refuses that).
+        let engine = cluster::make_causal(&mut conn)
+            .await
+            .map_err(setup_failed)?;
+        if let Some(init) = &setup.init {
+            conn.batch_execute(init).await.map_err(setup_failed)?;
         }
-        let multi_primary = self_check::check(&mut conn, setup.expect)
+        let multi_primary = self_check::check(&mut conn, setup.expect, engine)
             .await
             .map_err(|e| ConnectionError::BadConnection(e.to_string()))?;
         Ok((conn, multi_primary))

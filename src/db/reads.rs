@@ -114,7 +114,7 @@ impl Persistence {
     /// lock-wait bound and the deadline) for an operation still in flight under it.
     /// Executes nothing. `None`: nothing had committed under the key.
     pub async fn look_up_key(&self, call: &Call, key: &ScopedKey) -> Result<Option<KeyRow>, Error> {
-        let pool = &self.inner.pool;
+        let pool = self.inner.keyed.choose_any().pool();
         let fail = |e: AttemptError| e.into_error(1, Recorded::Nothing);
         let mut conn = checkout(pool, call).await.map_err(fail)?;
         let lock_wait = LockWait::lower(&mut conn, pool, call, self.inner.limits.lock_wait)

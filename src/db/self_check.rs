@@ -10,12 +10,14 @@
 //! node of a multi-primary cluster, where another node's write can abort a
 //! transaction between the statements of a batch (`db::writes`); on such a node a
 //! keyed session calls the check procedure once, so a missing EXECUTE grant stops
-//! the service at start rather than failing calls after their COMMIT.
+//! the service at start rather than failing calls after their COMMIT, and every
+//! session must read causally (`db::cluster`).
 
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 
+use super::cluster::{self, Engine, NotCausal};
 use super::pool::Conn;
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +47,13 @@ pub enum SelfCheckError {
          on the ledger's database to the service's account (and run the migrations)"
     )]
     Procedure(String),
+    #[error(transparent)]
+    NotCausal(#[from] NotCausal),
+    #[error(
+        "the server is read-only (a replica, or a Group Replication secondary); keyed \
+         transactions need a node that takes writes"
+    )]
+    ReadOnly,
     #[error("the self-check could not run: {0}")]
     Query(#[from] diesel::result::Error),
 }
@@ -67,12 +76,17 @@ pub struct Expect {
     pub assume_multi_primary: bool,
 }
 
-/// The check every connection passes before use. Returns whether its server is a
-/// multi-primary node.
-pub async fn check(conn: &mut Conn, expect: Expect) -> Result<bool, SelfCheckError> {
+/// The check every connection passes before use, on a server of `engine`.
+/// Returns whether its server is (or is assumed to be) a multi-primary node.
+pub async fn check(
+    conn: &mut Conn,
+    expect: Expect,
+    engine: Engine,
+) -> Result<bool, SelfCheckError> {
     verify_affected_rows(conn).await?;
     verify_session(conn, expect).await?;
-    let multi_primary = expect.assume_multi_primary || is_multi_primary(conn).await?;
+    cluster::verify_causal(conn, engine).await?;
+    let multi_primary = expect.assume_multi_primary || engine.multi_primary();
     if multi_primary && expect.kind == Kind::Keyed {
         conn.batch_execute("CALL ledger_require_committed(TRUE); COMMIT")
             .await
@@ -109,21 +123,27 @@ struct SessionRow {
     autocommit: i64,
     #[diesel(sql_type = Nullable<Text>)]
     isolation: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    read_only: i64,
 }
 
 async fn verify_session(conn: &mut Conn, expect: Expect) -> Result<(), SelfCheckError> {
     // MySQL 8 and MariaDB 11.1 name it transaction_isolation; MariaDB 10 tx_isolation.
     let row = match diesel::sql_query(
-        "SELECT @@autocommit AS autocommit, @@transaction_isolation AS isolation",
+        "SELECT @@autocommit AS autocommit, @@transaction_isolation AS isolation, \
+         @@read_only AS read_only",
     )
     .get_result::<SessionRow>(conn)
     .await
     {
         Ok(row) => row,
         Err(_) => {
-            diesel::sql_query("SELECT @@autocommit AS autocommit, @@tx_isolation AS isolation")
-                .get_result::<SessionRow>(conn)
-                .await?
+            diesel::sql_query(
+                "SELECT @@autocommit AS autocommit, @@tx_isolation AS isolation, \
+                 @@read_only AS read_only",
+            )
+            .get_result::<SessionRow>(conn)
+            .await?
         }
     };
     let on_off = |on: bool| if on { "on" } else { "off" };
@@ -142,26 +162,30 @@ async fn verify_session(conn: &mut Conn, expect: Expect) -> Result<(), SelfCheck
     if expect.kind == Kind::Keyed && isolation != "REPEATABLE-READ" {
         return Err(SelfCheckError::Isolation(isolation));
     }
+    // An account with SUPER writes to a read-only server anyway: a replica
+    // listed among the URLs would then take writes its primary never sees.
+    if expect.kind == Kind::Keyed && row.read_only != 0 {
+        return Err(SelfCheckError::ReadOnly);
+    }
     Ok(())
+}
+
+/// Whether the server refuses writes (`read_only`), as a replica or a Group
+/// Replication secondary does.
+pub async fn read_only(conn: &mut Conn) -> Result<bool, SelfCheckError> {
+    #[derive(QueryableByName)]
+    struct ReadOnly {
+        #[diesel(sql_type = BigInt)]
+        read_only: i64,
+    }
+    let row: ReadOnly = diesel::sql_query("SELECT @@read_only AS read_only")
+        .get_result(conn)
+        .await?;
+    Ok(row.read_only != 0)
 }
 
 /// True on a Galera node (`wsrep_on`) and on a MySQL server configured for Group
 /// Replication (a group name set), whether or not it is the group's primary now.
 pub async fn is_multi_primary(conn: &mut Conn) -> Result<bool, SelfCheckError> {
-    #[derive(QueryableByName)]
-    struct Variable {
-        #[diesel(sql_type = Text, column_name = Variable_name)]
-        name: String,
-        #[diesel(sql_type = Text, column_name = Value)]
-        value: String,
-    }
-    let variables: Vec<Variable> = diesel::sql_query(
-        "SHOW VARIABLES WHERE Variable_name IN ('wsrep_on', 'group_replication_group_name')",
-    )
-    .load(conn)
-    .await?;
-    Ok(variables.iter().any(|v| match v.name.as_str() {
-        "wsrep_on" => v.value.eq_ignore_ascii_case("ON"),
-        _ => !v.value.is_empty(),
-    }))
+    Ok(cluster::engine(conn).await?.multi_primary())
 }

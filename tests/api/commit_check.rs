@@ -1,7 +1,7 @@
 //! Multi-primary batches (`db::writes`, `Batch::Guarded`): every write guarded, and
 //! after COMMIT a check that raises a deadlock error unless the key's committed
 //! reply is the transaction's own, so a COMMIT that reported success with nothing
-//! in it (a Galera cluster can do that; tests/galera.rs) is retried like any
+//! in it (a Galera cluster can do that; tests/multi_primary.rs) is retried like any
 //! conflict instead of answered. A single server is detected as such and spared
 //! them (tests/api/driver_trap.rs); `--multi-primary on` forces them, which is how
 //! they run here.

@@ -104,10 +104,11 @@ impl TestDb {
     }
 
     /// A database on a cluster: created through `server`, with assertions that
-    /// wait for every write the cluster has committed (`wsrep_sync_wait`).
-    pub fn on_cluster(server: String) -> Self {
+    /// wait for every write the cluster has committed (`causal_reads`, the
+    /// engine's statement for it).
+    pub fn on_cluster(server: String, causal_reads: &str) -> Self {
         let mut db = Self::on(server);
-        db.session_init = Some("SET SESSION wsrep_sync_wait = 15".into());
+        db.session_init = Some(causal_reads.to_owned());
         db
     }
 
@@ -322,6 +323,7 @@ impl Drop for TestDb {
     fn drop(&mut self) {
         let url = self.server.clone();
         let name = self.name.clone();
+        let session_init = self.session_init.clone();
         // Drop runs outside any runtime's async context, possibly while unwinding.
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -345,6 +347,12 @@ impl Drop for TestDb {
                     let _ = conn.query_drop(format!("KILL {id}")).await;
                 }
                 let _ = conn.query_drop("SET SESSION lock_wait_timeout = 10").await;
+                // On a cluster, the drop waits for the node to apply what other
+                // nodes wrote to the database first: a write applied after it
+                // would stop a Group Replication member.
+                if let Some(init) = &session_init {
+                    let _ = conn.query_drop(init).await;
+                }
                 let _ = conn
                     .query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
                     .await;

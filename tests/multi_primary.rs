@@ -1,0 +1,1067 @@
+//! Exactly-once on a three-node multi-primary cluster, MariaDB Galera or MySQL
+//! Group Replication (multi-primary mode), with service instances pointed at
+//! different nodes. Row locks are per node there: a duplicate on another node
+//! than its original is not parked but conflicts at commit (Galera 1213; Group
+//! Replication 1180, 3101 or 1213), is retried whole, and replays. Routed by
+//! account, instances on different nodes write an account through one node.
+//!
+//! Needs a cluster, then `cargo test --test multi_primary -- --ignored --test-threads 1`:
+//! - Galera: `scripts/galera-cluster.sh start` (ports 3311-3313), the default;
+//! - Group Replication: `scripts/gr-cluster.sh start` (ports 3321-3323) and
+//!   `LEDGER_TEST_CLUSTER=group-replication`.
+//!
+//! `LEDGER_TEST_CLUSTER_URLS` (comma-separated) overrides the nodes' URLs.
+
+#![allow(unreachable_pub, missing_debug_implementations, dead_code)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+#[path = "support/mod.rs"]
+mod support;
+#[path = "workload/mod.rs"]
+mod workload;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ledger::proto::pb;
+use support::{
+    Config, Gate, LedgerProcess, TestApp, TestDb, charge, credit, free_port, raw_call, replayed,
+};
+use tokio::sync::Barrier;
+use tonic::Code;
+use tonic::metadata::MetadataMap;
+use tonic::transport::Channel;
+use tonic_types::StatusExt as _;
+use workload::{Counters, open_accounts, run_clients, verify};
+
+/// The engine of the cluster under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Galera,
+    GroupReplication,
+}
+
+fn engine() -> Engine {
+    match std::env::var("LEDGER_TEST_CLUSTER").as_deref() {
+        Err(_) | Ok("galera") => Engine::Galera,
+        Ok("group-replication" | "gr") => Engine::GroupReplication,
+        Ok(other) => panic!("LEDGER_TEST_CLUSTER={other}: galera or group-replication"),
+    }
+}
+
+impl Engine {
+    fn ports(self) -> [u16; 3] {
+        match self {
+            Self::Galera => [3311, 3312, 3313],
+            Self::GroupReplication => [3321, 3322, 3323],
+        }
+    }
+
+    /// The script that runs the cluster (start, stop, kill N, restart-node N).
+    fn script(self) -> &'static str {
+        match self {
+            Self::Galera => concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/galera-cluster.sh"),
+            Self::GroupReplication => concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/gr-cluster.sh"),
+        }
+    }
+
+    /// Causal reads for the test's own assertion connections.
+    fn causal_reads(self) -> &'static str {
+        match self {
+            Self::Galera => "SET SESSION wsrep_sync_wait = 15",
+            Self::GroupReplication => "SET SESSION group_replication_consistency = 'BEFORE'",
+        }
+    }
+
+    fn eventual_reads(self) -> &'static str {
+        match self {
+            Self::Galera => "SET SESSION wsrep_sync_wait = 0",
+            Self::GroupReplication => "SET SESSION group_replication_consistency = 'EVENTUAL'",
+        }
+    }
+
+    fn as_service_sees_it(self) -> ledger::db::cluster::Engine {
+        match self {
+            Self::Galera => ledger::db::cluster::Engine::Galera,
+            Self::GroupReplication => ledger::db::cluster::Engine::GroupReplication,
+        }
+    }
+}
+
+fn nodes() -> Vec<String> {
+    match std::env::var("LEDGER_TEST_CLUSTER_URLS") {
+        Ok(urls) => urls
+            .split(',')
+            .map(|u| u.trim_end_matches('/').to_owned())
+            .collect(),
+        Err(_) => engine()
+            .ports()
+            .iter()
+            .map(|port| format!("mysql://root@127.0.0.1:{port}"))
+            .collect(),
+    }
+}
+
+/// A database of the test's own on the cluster, created through node 1.
+fn cluster_db() -> TestDb {
+    TestDb::on_cluster(nodes()[0].clone(), engine().causal_reads())
+}
+
+/// Runs the cluster's script.
+fn cluster(args: &[&str]) {
+    let script = engine().script();
+    let status = std::process::Command::new("bash")
+        .arg(script)
+        .args(args)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{script} {args:?}");
+}
+
+/// All nodes' URLs for `db`, starting with node `first`: how instances of a
+/// cluster are configured.
+fn urls_from(db: &TestDb, first: usize) -> String {
+    let nodes = nodes();
+    (0..nodes.len())
+        .map(|i| db.url_on(&nodes[(first + i) % nodes.len()]))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// One instance per node, in node order, each on its own node only.
+async fn instances(db: &TestDb, config: impl Fn(usize) -> Config) -> Vec<TestApp> {
+    let mut apps = Vec::new();
+    for (i, node) in nodes().iter().enumerate() {
+        let config = Config {
+            database_url: Some(db.url_on(node)),
+            pool_size: 6,
+            ..config(i)
+        };
+        apps.push(TestApp::spawn_with(db, config).await);
+    }
+    apps
+}
+
+/// Sends a charge until it gets a final answer, as a client that wants exactly-once
+/// does: ABORTED and UNAVAILABLE are retried with the same key.
+async fn settle(
+    channel: Channel,
+    request: pb::ChargeRequest,
+) -> Result<(MetadataMap, Bytes), tonic::Status> {
+    loop {
+        match raw_call(channel.clone(), "Charge", request.clone()).await {
+            Err(s) if matches!(s.code(), Code::Aborted | Code::Unavailable) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// Every node is recognized as a node of its engine, so the service's final
+/// batches there are guarded and checked after COMMIT (`db::writes`) and its
+/// sessions read causally (`db::cluster`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn every_node_is_recognized_as_multi_primary() {
+    for node in nodes() {
+        let mut conn = ledger::db::pool::connect(&node).await.unwrap();
+        assert!(
+            ledger::db::self_check::is_multi_primary(&mut conn)
+                .await
+                .unwrap(),
+            "{node}"
+        );
+        let found = ledger::db::cluster::make_causal(&mut conn).await.unwrap();
+        assert_eq!(found, engine().as_service_sees_it(), "{node}");
+        ledger::db::cluster::verify_causal(&mut conn, found)
+            .await
+            .unwrap();
+    }
+}
+
+/// A batch's failure is seen whichever of its statements fails: the service's
+/// final batch (writes, COMMIT, the check) would otherwise report success for a
+/// statement that failed after the first. The connection stays usable after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn a_batch_reports_a_failure_in_any_of_its_statements() {
+    use diesel_async::SimpleAsyncConnection as _;
+    let mut conn = ledger::db::pool::connect(&nodes()[0]).await.unwrap();
+    for batch in [
+        "SELECT 1; SELECT * FROM ledger_no_such_table; DO 2",
+        "DO 1; DO 2; SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT = 'late', MYSQL_ERRNO = 1213",
+    ] {
+        let failed = conn.batch_execute(batch).await;
+        assert!(failed.is_err(), "{batch}");
+        conn.batch_execute("DO 3").await.expect("usable after");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn a_retry_through_another_node_replays() {
+    let db = cluster_db();
+    let apps = instances(&db, |_| Config::default()).await;
+    let account = apps[0].funded_account("USD", 100).await;
+
+    let (first_md, first) = raw_call(
+        apps[0].channel().await,
+        "Charge",
+        charge("req-42", account, 30),
+    )
+    .await
+    .unwrap();
+    assert!(!replayed(&first_md));
+    for (node, app) in apps.iter().enumerate().skip(1) {
+        let (md, retry) = settle(app.channel().await, charge("req-42", account, 30))
+            .await
+            .unwrap();
+        assert!(replayed(&md), "the retry through node {} replays", node + 1);
+        assert_eq!(retry, first);
+    }
+    assert_eq!(db.balance(account).await, 70);
+    assert_eq!(db.entries_for_key("req-42").await, 1);
+}
+
+/// The original commits on node 1 while its duplicate is mid-transaction on node 2
+/// (its probe said "new", since node 1's row was not committed yet): the duplicate's
+/// final round trip fails with a certification conflict, the whole transaction is
+/// retried, and it ends as a replay. One debit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn a_duplicate_mid_transaction_on_another_node_ends_as_a_replay() {
+    let db = cluster_db();
+    let gates = [Gate::new("xnode"), Gate::new("xnode"), Gate::new("xnode")];
+    let apps = instances(&db, |i| Config {
+        gate: Some(gates[i].clone()),
+        ..Config::default()
+    })
+    .await;
+    let account = apps[0].funded_account("USD", 100).await;
+
+    let original = tokio::spawn(raw_call(
+        apps[0].channel().await,
+        "Charge",
+        charge("xnode", account, 25),
+    ));
+    gates[0].reached().await;
+    let duplicate = tokio::spawn(raw_call(
+        apps[1].channel().await,
+        "Charge",
+        charge("xnode", account, 25),
+    ));
+    gates[1].reached().await;
+
+    gates[0].release();
+    let (original_md, original) = original.await.unwrap().unwrap();
+    assert!(!replayed(&original_md));
+    gates[1].release();
+    let (duplicate_md, duplicate) = duplicate.await.unwrap().expect("retried, then replayed");
+    assert!(
+        replayed(&duplicate_md),
+        "the duplicate replays the original"
+    );
+    assert_eq!(duplicate, original);
+    assert_eq!(db.balance(account).await, 75);
+    assert_eq!(db.entries_for_key("xnode").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn storms_across_three_nodes_charge_once_per_key() {
+    let db = cluster_db();
+    let apps = instances(&db, |_| Config::default()).await;
+    let start = 1_000_000;
+    let account = apps[0].funded_account("USD", start).await;
+    let mut channels = Vec::new();
+    for app in &apps {
+        channels.push(app.channel().await);
+    }
+
+    // 48 identical charges, 16 through each node, at once.
+    let barrier = Arc::new(Barrier::new(48));
+    let calls: Vec<_> = (0..48)
+        .map(|i| {
+            let (channel, barrier) = (channels[i % 3].clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                settle(channel, charge("storm", account, 7)).await
+            })
+        })
+        .collect();
+    let mut replies = Vec::new();
+    for call in calls {
+        replies.push(call.await.unwrap().unwrap());
+    }
+    assert_eq!(replies.iter().filter(|(md, _)| !replayed(md)).count(), 1);
+    assert!(replies.iter().all(|(_, body)| *body == replies[0].1));
+    assert_eq!(db.entries_for_key("storm").await, 1);
+
+    // 10 keys x 12 duplicates on the one account, through every node at once.
+    let barrier = Arc::new(Barrier::new(120));
+    let calls: Vec<_> = (0..120_i64)
+        .map(|n| {
+            let (channel, barrier) = (
+                channels[usize::try_from(n).unwrap() % 3].clone(),
+                barrier.clone(),
+            );
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let k = n % 10;
+                (
+                    k,
+                    settle(channel, charge(&format!("hot-{k}"), account, 10 + k)).await,
+                )
+            })
+        })
+        .collect();
+    let mut fresh = 0;
+    for call in calls {
+        let (_, answer) = call.await.unwrap();
+        fresh += usize::from(!replayed(&answer.unwrap().0));
+    }
+    assert_eq!(fresh, 10, "one fresh answer per key");
+    let total: i64 = (0..10).map(|k| 10 + k).sum();
+    assert_eq!(db.balance(account).await, start - 7 - total);
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM entries WHERE kind = 1")
+            .await,
+        11
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn declines_and_reuse_hold_across_nodes() {
+    let db = cluster_db();
+    let apps = instances(&db, |_| Config::default()).await;
+    let account = apps[0].funded_account("USD", 10).await;
+
+    let declined = settle(apps[0].channel().await, charge("too-much", account, 50))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        declined.get_details_error_info().unwrap().reason,
+        "INSUFFICIENT_FUNDS"
+    );
+    let fund = pb::CreditRequest {
+        idempotency_key: "top-up".into(),
+        account_id: account,
+        amount: 100,
+        currency: "USD".into(),
+        description: String::new(),
+    };
+    apps[1].client().await.credit(fund).await.unwrap();
+    let again = settle(apps[2].channel().await, charge("too-much", account, 50))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (again.code(), again.message()),
+        (declined.code(), declined.message())
+    );
+    assert_eq!(again.details(), declined.details());
+    assert!(replayed(again.metadata()));
+
+    settle(apps[0].channel().await, charge("once", account, 5))
+        .await
+        .unwrap();
+    let reused = settle(apps[1].channel().await, charge("once", account, 6))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        reused.get_details_error_info().unwrap().reason,
+        "IDEMPOTENCY_KEY_REUSED"
+    );
+    assert_eq!(db.balance(account).await, 105);
+}
+
+/// Retrying clients spread over instances on all three nodes; node 2 is SIGKILLed
+/// and later restarted. Calls to its instance fail with UNAVAILABLE meanwhile and
+/// succeed elsewhere; afterwards the audit passes on every node and the balances
+/// equal the clients' model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn losing_a_node_under_load_loses_nothing() {
+    let nodes = nodes();
+    let db = cluster_db();
+    TestApp::spawn(&db).await; // migrates, then stops with this handle
+    let mut instances = Vec::new();
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    for node in &nodes {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let args = [
+            "--pool-size",
+            "6",
+            "--lock-wait-timeout",
+            "2s",
+            "--connect-timeout",
+            "120s",
+        ];
+        instances.push(LedgerProcess::serve_urls(&db.url_on(node), addr, &args).await);
+        addrs.push(addr);
+    }
+    let channels: Vec<Channel> = addrs
+        .iter()
+        .map(|a| {
+            Channel::from_shared(format!("http://{a}"))
+                .unwrap()
+                .connect_lazy()
+        })
+        .collect();
+    let accounts = open_accounts(&channels[0]).await;
+
+    let seed: u64 = rand::random();
+    println!("node loss: seed {seed}");
+    let counters = Arc::new(Counters::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = run_clients(seed, 9, &channels, &accounts, &counters, &stop).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before_kill = counters.ops.load(Ordering::Relaxed);
+    assert!(before_kill > 0, "the clients are under way");
+
+    cluster(&["kill", "2"]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let to_dead = support::with_deadline(charge("to-node-2", 1, 1), Duration::from_secs(3));
+    let status = ledger::proto::pb::ledger_client::LedgerClient::new(channels[1].clone())
+        .charge(to_dead)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        counters.ops.load(Ordering::Relaxed) > before_kill,
+        "the clients go on with a node down"
+    );
+    cluster(&["restart-node", "2"]);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    stop.store(true, Ordering::Relaxed);
+    let finals = clients.await.unwrap();
+
+    verify(&db, &accounts, &finals).await;
+    for node in &nodes[1..] {
+        let report = ledger::audit::audit(&db.url_on(node)).await.unwrap();
+        assert!(report.passed(), "{node}: {report}");
+    }
+    println!("node loss: {}", counters.summary());
+}
+
+/// A node's reads lag behind what another node committed, but the service's
+/// do not: while node 3 applies nothing, a raw read there is stale, and the
+/// instance on node 3 answers GetAccount only once node 3 has applied the
+/// credit, with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn reads_through_a_lagging_node_see_a_write_made_through_another() {
+    let nodes = nodes();
+    let db = cluster_db();
+    let small = |node: &str| Config {
+        database_url: Some(db.url_on(node)),
+        pool_size: 4,
+        ..Config::default()
+    };
+    let writer = TestApp::spawn_with(&db, small(&nodes[0])).await;
+    let lagging = TestApp::spawn_with(&db, small(&nodes[2])).await;
+    let account = writer.funded_account("USD", 10).await;
+    let lagging = lagging.channel().await;
+    assert_eq!(balance(lagging.clone(), account).await, 10);
+
+    let applier = Applier::hold(&db, &nodes[0], &nodes[2]).await;
+    writer
+        .client()
+        .await
+        .credit(credit("while-held", account, 5))
+        .await
+        .unwrap();
+    assert_eq!(applier.raw_balance(account).await, 10, "node 3 lags");
+    let mut read = tokio::spawn(balance(lagging, account));
+    applier.until_waiting(&mut read, "%accounts%").await;
+    applier.release().await;
+    assert_eq!(read.await.unwrap(), 15, "the read waited for the credit");
+}
+
+async fn balance(channel: Channel, account: u64) -> i64 {
+    let request = pb::GetAccountRequest {
+        account_id: account,
+    };
+    pb::ledger_client::LedgerClient::new(channel)
+        .get_account(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .balance
+}
+
+/// Nine clients each send 60 keys to all three nodes at once, over eight accounts:
+/// many transactions are aborted by another node's write set while their final
+/// batch runs. Every key's copies get the same answer, and the ledger stays
+/// consistent (this found the server continuing a batch after such an abort; see
+/// `db::writes`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn concurrent_duplicates_on_three_nodes_keep_the_ledger_consistent() {
+    let db = cluster_db();
+    let apps = instances(&db, |_| Config::default()).await;
+    let mut accounts = Vec::new();
+    for _ in 0..8 {
+        accounts.push(apps[0].funded_account("USD", 1_000_000).await);
+    }
+    let mut channels = Vec::new();
+    for app in &apps {
+        channels.push(app.channel().await);
+    }
+    let clients: Vec<_> = (0..9_u64)
+        .map(|t| {
+            let (channels, accounts) = (channels.clone(), accounts.clone());
+            tokio::spawn(async move {
+                for n in 0..60_u64 {
+                    let account = accounts[usize::try_from((n * 7 + t) % 8).unwrap()];
+                    let key = format!("t{t}-k{n}");
+                    let copies: Vec<_> = (0..3)
+                        .map(|i| {
+                            tokio::spawn(settle(channels[i].clone(), charge(&key, account, 1)))
+                        })
+                        .collect();
+                    let mut answers = Vec::new();
+                    for copy in copies {
+                        answers.push(copy.await.unwrap().unwrap());
+                    }
+                    assert_eq!(
+                        answers.iter().filter(|(md, _)| !replayed(md)).count(),
+                        1,
+                        "{key}"
+                    );
+                    assert!(
+                        answers.iter().all(|(_, body)| *body == answers[0].1),
+                        "{key}: copies disagree"
+                    );
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    let report = ledger::audit::audit(&db.url).await.unwrap();
+    assert!(report.passed(), "{report}");
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM entries WHERE kind = 1")
+            .await,
+        540
+    );
+}
+
+/// Holds back one node's applier: a write committed through another node is
+/// certified, and the client told so, but the lagging node has not applied it
+/// until [`Applier::release`]. An administrator holds a write lock on a table of
+/// a database of the suite's own on the lagging node, and a row is then written
+/// to it through another node: the lagging node's applier waits for the lock,
+/// and commits nothing after it (commit order is kept). Nothing of the test's
+/// database is locked, so a service session there waits only if it reads
+/// causally.
+struct Applier {
+    db: String,
+    lagging: String,
+    lock: mysql_async::Conn,
+}
+
+/// The table whose lock holds the applier back, outside any test's database.
+const HOLD_TABLE: &str = "ledger_test_applier_hold.held";
+
+impl Applier {
+    async fn hold(db: &TestDb, through: &str, lagging: &str) -> Self {
+        use mysql_async::prelude::Queryable as _;
+        let mut source = mysql_async::Conn::from_url(through).await.unwrap();
+        source
+            .query_drop("CREATE DATABASE IF NOT EXISTS ledger_test_applier_hold")
+            .await
+            .unwrap();
+        source
+            .query_drop(format!(
+                "CREATE TABLE IF NOT EXISTS {HOLD_TABLE} \
+                 (id INT AUTO_INCREMENT PRIMARY KEY, at INT NOT NULL)"
+            ))
+            .await
+            .unwrap();
+        let mut lock = mysql_async::Conn::from_url(lagging).await.unwrap();
+        lock.query_drop(engine().causal_reads()).await.unwrap();
+        // Causal: waits until the lagging node has applied all of the above.
+        lock.query_drop(format!("SELECT COUNT(*) FROM {HOLD_TABLE}"))
+            .await
+            .unwrap();
+        // Not causal from here on: UNLOCK TABLES must not wait for the applier
+        // that waits for it.
+        lock.query_drop(engine().eventual_reads()).await.unwrap();
+        lock.query_drop(format!("LOCK TABLES {HOLD_TABLE} WRITE"))
+            .await
+            .unwrap();
+        source
+            .query_drop(format!("INSERT INTO {HOLD_TABLE} (at) VALUES (1)"))
+            .await
+            .unwrap();
+        Self {
+            db: db.name.clone(),
+            lagging: db.url_on(lagging),
+            lock,
+        }
+    }
+
+    /// The balance as a plain (not causal) read on the lagging node sees it.
+    async fn raw_balance(&self, account: u64) -> i64 {
+        use mysql_async::prelude::Queryable as _;
+        let mut conn = mysql_async::Conn::from_url(&self.lagging).await.unwrap();
+        conn.exec_first(
+            "SELECT balance FROM accounts WHERE account_id = ?",
+            (account,),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+    }
+
+    /// Returns once a statement of the service on the test's database matching
+    /// `pattern` (SQL LIKE) runs on the lagging node, waiting for it to catch
+    /// up; panics if `task` answers first, which it could only do from a stale
+    /// read.
+    async fn until_waiting<T: std::fmt::Debug>(
+        &self,
+        task: &mut tokio::task::JoinHandle<T>,
+        pattern: &str,
+    ) {
+        use mysql_async::prelude::Queryable as _;
+        let mut watch = mysql_async::Conn::from_url(&self.lagging).await.unwrap();
+        loop {
+            let running: Option<u64> = watch
+                .query_first(match engine() {
+                    Engine::Galera => format!(
+                        "SELECT COUNT(*) FROM information_schema.processlist \
+                         WHERE (db = '{db}' OR info LIKE '%`{db}`%') \
+                         AND command IN ('Query', 'Execute') AND info LIKE '{pattern}' \
+                         AND id <> CONNECTION_ID()",
+                        db = self.db
+                    ),
+                    Engine::GroupReplication => format!(
+                        "SELECT COUNT(*) FROM performance_schema.threads \
+                         WHERE (PROCESSLIST_DB = '{db}' OR PROCESSLIST_INFO LIKE '%`{db}`%') \
+                         AND PROCESSLIST_COMMAND IN ('Query', 'Execute') \
+                         AND PROCESSLIST_INFO LIKE '{pattern}' \
+                         AND PROCESSLIST_ID <> CONNECTION_ID()",
+                        db = self.db
+                    ),
+                })
+                .await
+                .unwrap();
+            if running.unwrap_or(0) > 0 {
+                return;
+            }
+            tokio::select! {
+                answer = &mut *task => {
+                    panic!("answered while the node had not applied the write: {answer:?}")
+                }
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+    }
+
+    async fn release(mut self) {
+        use mysql_async::prelude::Queryable as _;
+        self.lock.query_drop("UNLOCK TABLES").await.unwrap();
+    }
+}
+
+/// A charge through a node that has not applied a credit committed through
+/// another must not be declined from the stale balance (the decline would be
+/// stored under its key and replayed for good): it waits for its node to
+/// catch up, and then sees the credit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn a_decline_is_never_stored_from_a_stale_read() {
+    let nodes = nodes();
+    let db = cluster_db();
+    let small = |node: &str| Config {
+        database_url: Some(db.url_on(node)),
+        pool_size: 4,
+        ..Config::default()
+    };
+    let writer = TestApp::spawn_with(&db, small(&nodes[0])).await;
+    let lagging = TestApp::spawn_with(&db, small(&nodes[1])).await;
+    let account = writer.funded_account("USD", 11).await;
+    let lagging = lagging.channel().await;
+    // Through node 2 before the hold, so a keyed connection is open there.
+    raw_call(lagging.clone(), "Charge", charge("before", account, 1))
+        .await
+        .unwrap();
+    assert_eq!(balance(lagging.clone(), account).await, 10);
+
+    let applier = Applier::hold(&db, &nodes[0], &nodes[1]).await;
+    writer
+        .client()
+        .await
+        .credit(credit("top-up", account, 100))
+        .await
+        .unwrap();
+    assert_eq!(applier.raw_balance(account).await, 10, "node 2 lags");
+    let mut paid = tokio::spawn(raw_call(
+        lagging.clone(),
+        "Charge",
+        charge("after-top-up", account, 50),
+    ));
+    applier
+        .until_waiting(&mut paid, "INSERT INTO idempotency_keys%")
+        .await;
+    applier.release().await;
+    let (md, reply) = paid
+        .await
+        .unwrap()
+        .expect("the charge sees the credit, not INSUFFICIENT_FUNDS");
+    assert!(!replayed(&md));
+    let (md, again) = raw_call(lagging, "Charge", charge("after-top-up", account, 50))
+        .await
+        .unwrap();
+    assert!(replayed(&md));
+    assert_eq!(again, reply);
+    assert_eq!(db.balance(account).await, 60);
+}
+
+/// An instance starting on a node that has not yet applied the migrations
+/// another instance ran through another node waits for them, and finds
+/// nothing to do (it does not apply them again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn an_instance_starting_on_a_lagging_node_sees_the_migrations() {
+    use mysql_async::prelude::Queryable as _;
+    let nodes = nodes();
+    let db = cluster_db();
+    let mut server = mysql_async::Conn::from_url(nodes[0].as_str())
+        .await
+        .unwrap();
+    server
+        .query_drop(format!("CREATE DATABASE {}", db.name))
+        .await
+        .unwrap();
+    let applier = Applier::hold(&db, &nodes[0], &nodes[1]).await;
+    let on = |node: &str| Config {
+        database_url: Some(db.url_on(node)),
+        pool_size: 2,
+        ..Config::default()
+    };
+    let first = TestApp::spawn_with(&db, on(&nodes[0])).await;
+    let second = on(&nodes[1]).settings(db.url_on(&nodes[1]));
+    let mut second = tokio::spawn(async move {
+        ledger::app::Application::build(second, None)
+            .await
+            .map(drop)
+    });
+    applier.until_waiting(&mut second, "%").await;
+    applier.release().await;
+    second
+        .await
+        .unwrap()
+        .expect("the second instance starts, finding nothing to migrate");
+    let account = first.funded_account("USD", 5).await;
+    assert_eq!(db.balance(account).await, 5);
+    let migrations = db
+        .count("SELECT COUNT(*) FROM __diesel_schema_migrations")
+        .await;
+    let embedded = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().join("up.sql").exists())
+        .count();
+    assert_eq!(migrations, u64::try_from(embedded).unwrap());
+}
+
+/// `ledger serve` processes, instance `i` given every node starting with node
+/// `i`, with `args`; returns them and their channels.
+async fn serve_on_all_nodes(
+    db: &TestDb,
+    instances: usize,
+    args: &[&str],
+) -> (Vec<LedgerProcess>, Vec<Channel>) {
+    TestApp::spawn(db).await; // migrates, then stops with this handle
+    let mut processes = Vec::new();
+    let mut channels = Vec::new();
+    for i in 0..instances {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let process = LedgerProcess::serve_urls(&urls_from(db, i), addr, args).await;
+        channels.push(process.channel());
+        processes.push(process);
+    }
+    (processes, channels)
+}
+
+/// Routed by account, 300 concurrent charges on one account through two
+/// instances that prefer two different nodes all go through one node and wait
+/// on its row lock: no conflict exhausts the retries, every call succeeds the
+/// first time, and the balance is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn routed_by_account_a_hot_account_through_two_nodes_answers_every_call() {
+    let db = cluster_db();
+    let args = [
+        "--routing",
+        "account",
+        "--pool-size",
+        "8",
+        "--pool-timeout",
+        "30s",
+        "--lock-wait-timeout",
+        "20s",
+    ];
+    let (_instances, channels) = serve_on_all_nodes(&db, 2, &args).await;
+    let start = 1_000_000;
+    let account = support::open_funded(
+        &mut pb::ledger_client::LedgerClient::new(channels[0].clone()),
+        "hot",
+        "USD",
+        start,
+    )
+    .await;
+
+    let barrier = Arc::new(Barrier::new(300));
+    let calls: Vec<_> = (0..300_i64)
+        .map(|n| {
+            let (channel, barrier) = (
+                channels[usize::try_from(n).unwrap() % 2].clone(),
+                barrier.clone(),
+            );
+            tokio::spawn(async move {
+                barrier.wait().await;
+                raw_call(
+                    channel,
+                    "Charge",
+                    charge(&format!("hot-{n}"), account, 1 + n % 7),
+                )
+                .await
+            })
+        })
+        .collect();
+    for call in calls {
+        let answer = call.await.unwrap();
+        assert!(answer.is_ok(), "every call succeeds: {:?}", answer.err());
+    }
+    let total: i64 = (0..300).map(|n| 1 + n % 7).sum();
+    assert_eq!(db.balance(account).await, start - total);
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM entries WHERE kind = 1")
+            .await,
+        300
+    );
+}
+
+/// Routed by account, with retrying clients on three instances (each given
+/// every node), node 2 is SIGKILLed: the accounts it served move to their next
+/// node, and every account can still be charged through every instance; after
+/// it rejoins, nothing was lost or doubled and the audit passes on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn routed_by_account_losing_a_node_under_load_loses_nothing() {
+    let nodes = nodes();
+    let db = cluster_db();
+    let args = [
+        "--routing",
+        "account",
+        "--pool-size",
+        "6",
+        "--lock-wait-timeout",
+        "2s",
+        "--connect-timeout",
+        "120s",
+    ];
+    let (_instances, channels) = serve_on_all_nodes(&db, 3, &args).await;
+    let accounts = open_accounts(&channels[0]).await;
+
+    let seed: u64 = rand::random();
+    println!("node loss, routed by account: seed {seed}");
+    let counters = Arc::new(Counters::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = run_clients(seed, 9, &channels, &accounts, &counters, &stop).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        counters.ops.load(Ordering::Relaxed) > 0,
+        "the clients are under way"
+    );
+
+    cluster(&["kill", "2"]);
+    // Each account, through each instance, while node 2 is dead: the accounts
+    // it served have moved. Keyed like the clients' own, so the check below
+    // counts them.
+    let mut moved = BTreeMap::new();
+    for (i, channel) in channels.iter().enumerate() {
+        for account in &accounts {
+            let key = format!("c-moved-{i}-{account}");
+            let (_, body) = settle(channel.clone(), charge(&key, *account, 1))
+                .await
+                .unwrap_or_else(|e| panic!("{key}: {e:?}"));
+            let entry = <pb::ChargeReply as prost::Message>::decode(body)
+                .unwrap()
+                .entry
+                .unwrap();
+            let posted = workload::Posted {
+                account: *account,
+                delta: -1,
+                entry_id: entry.entry_id,
+            };
+            moved.insert(key, workload::Final::Posted(vec![posted]));
+        }
+    }
+    let after_kill = counters.ops.load(Ordering::Relaxed);
+    cluster(&["restart-node", "2"]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        counters.ops.load(Ordering::Relaxed) > after_kill,
+        "the clients go on once the node is back"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let mut finals = clients.await.unwrap();
+    finals.extend(moved);
+
+    verify(&db, &accounts, &finals).await;
+    for node in &nodes {
+        let report = ledger::audit::audit(&db.url_on(node)).await.unwrap();
+        assert!(report.passed(), "{node}: {report}");
+    }
+    println!("node loss, routed by account: {}", counters.summary());
+}
+
+/// `ledger_transaction_retries_total{reason="conflict"}` of an instance.
+async fn conflicts_retried(metrics: SocketAddr) -> u64 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(metrics).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response
+        .lines()
+        .filter(|l| l.starts_with("ledger_transaction_retries_total{reason=\"conflict\"}"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
+}
+
+/// What one workload's calls were answered, and the conflicts retried for them.
+#[derive(Debug, Default)]
+struct Tally {
+    calls: u64,
+    ok: u64,
+    aborted: u64,
+    other: u64,
+    conflicts: u64,
+}
+
+/// The hot-account and storm workloads through two instances preferring two
+/// different nodes, with `first` and with `account` routing: conflicts retried
+/// per 1,000 calls and calls answered ABORTED (README, Running on a cluster).
+/// Calls are not retried by the client, so every ABORTED shows. Routed by
+/// account, no call may be answered ABORTED. Runs with `LEDGER_TEST_MEASURE=1`;
+/// `LEDGER_TEST_MEASURE_ATTEMPTS` sets the instances' `--max-attempts` (10).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn measure_conflicts_by_routing() {
+    if std::env::var_os("LEDGER_TEST_MEASURE").is_none() {
+        println!("measure_conflicts_by_routing: set LEDGER_TEST_MEASURE=1 to run");
+        return;
+    }
+    for routing in ["first", "account"] {
+        for workload in ["hot-account", "storm"] {
+            let tally = measure(routing, workload).await;
+            let per_1000 = tally.conflicts * 1000 / tally.calls.max(1);
+            println!(
+                "MEASURE {:?} routing={routing} workload={workload} calls={} ok={} aborted={} \
+                 other={} conflicts_retried={} per_1000={per_1000}",
+                engine(),
+                tally.calls,
+                tally.ok,
+                tally.aborted,
+                tally.other,
+                tally.conflicts
+            );
+            if routing == "account" {
+                assert_eq!(tally.aborted + tally.other, 0, "{workload}: {tally:?}");
+            }
+        }
+    }
+}
+
+async fn measure(routing: &str, workload: &str) -> Tally {
+    let db = cluster_db();
+    TestApp::spawn(&db).await;
+    let attempts =
+        std::env::var("LEDGER_TEST_MEASURE_ATTEMPTS").unwrap_or_else(|_| "10".to_owned());
+    let mut instances = Vec::new();
+    let mut metrics = Vec::new();
+    for i in 0..2 {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let metrics_addr = format!("127.0.0.1:{}", free_port());
+        let args = [
+            "--routing",
+            routing,
+            "--pool-size",
+            "8",
+            "--pool-timeout",
+            "30s",
+            "--lock-wait-timeout",
+            "20s",
+            "--metrics-listen",
+            &metrics_addr,
+            "--max-attempts",
+            &attempts,
+        ];
+        instances.push(LedgerProcess::serve_urls(&urls_from(&db, i), addr, &args).await);
+        metrics.push(metrics_addr.parse::<SocketAddr>().unwrap());
+    }
+    let channels: Vec<Channel> = instances.iter().map(LedgerProcess::channel).collect();
+    let mut client = pb::ledger_client::LedgerClient::new(channels[0].clone());
+    let account = support::open_funded(&mut client, "measure", "USD", 1_000_000).await;
+    let mut before = 0;
+    for m in &metrics {
+        before += conflicts_retried(*m).await;
+    }
+    // hot-account: 300 keys, one copy each; storm: 20 keys, 16 copies each.
+    let (keys, copies) = if workload == "storm" {
+        (20, 16)
+    } else {
+        (300, 1)
+    };
+    let calls = keys * copies;
+    let barrier = Arc::new(Barrier::new(calls));
+    let tasks: Vec<_> = (0..calls)
+        .map(|n| {
+            let (channel, barrier) = (channels[n % 2].clone(), barrier.clone());
+            let key = format!("{workload}-{}", n % keys);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                raw_call(channel, "Charge", charge(&key, account, 3)).await
+            })
+        })
+        .collect();
+    let mut tally = Tally {
+        calls: u64::try_from(calls).unwrap(),
+        ..Tally::default()
+    };
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => tally.ok += 1,
+            Err(s) if s.code() == Code::Aborted => tally.aborted += 1,
+            Err(s) => {
+                println!("MEASURE other answer: {s:?}");
+                tally.other += 1;
+            }
+        }
+    }
+    for m in &metrics {
+        tally.conflicts += conflicts_retried(*m).await;
+    }
+    tally.conflicts -= before;
+    tally
+}
