@@ -572,6 +572,35 @@ struct Applier {
     db: String,
     lagging: String,
     lock: mysql_async::Conn,
+    /// Galera: the lagging node's flow-control limit before the hold, restored
+    /// after it.
+    fc_limit: Option<String>,
+}
+
+/// Galera pauses the whole cluster (flow control) once a node's queue of write
+/// sets to apply passes `gcs.fc_limit` (16 by default); a held applier must be
+/// able to fall further behind than that (a start-up's migrations are more).
+const HELD_FC_LIMIT: &str = "1000000";
+
+/// The lagging node's `gcs.fc_limit`, set to `limit`; returns what it was.
+async fn set_fc_limit(conn: &mut mysql_async::Conn, limit: &str) -> Option<String> {
+    use mysql_async::prelude::Queryable as _;
+    let options: Option<(String, String)> = conn
+        .query_first("SHOW GLOBAL VARIABLES LIKE 'wsrep_provider_options'")
+        .await
+        .unwrap();
+    let was = options.and_then(|(_, value)| {
+        value.split(';').find_map(|option| {
+            let (name, value) = option.split_once('=')?;
+            (name.trim() == "gcs.fc_limit").then(|| value.trim().to_owned())
+        })
+    })?;
+    conn.query_drop(format!(
+        "SET GLOBAL wsrep_provider_options = 'gcs.fc_limit={limit}'"
+    ))
+    .await
+    .unwrap();
+    Some(was)
 }
 
 /// The table whose lock holds the applier back, outside any test's database.
@@ -593,6 +622,10 @@ impl Applier {
             .await
             .unwrap();
         let mut lock = mysql_async::Conn::from_url(lagging).await.unwrap();
+        let fc_limit = match engine() {
+            Engine::Galera => set_fc_limit(&mut lock, HELD_FC_LIMIT).await,
+            Engine::GroupReplication => None,
+        };
         lock.query_drop(engine().causal_reads()).await.unwrap();
         // Causal: waits until the lagging node has applied all of the above.
         lock.query_drop(format!("SELECT COUNT(*) FROM {HOLD_TABLE}"))
@@ -612,6 +645,7 @@ impl Applier {
             db: db.name.clone(),
             lagging: db.url_on(lagging),
             lock,
+            fc_limit,
         }
     }
 
@@ -675,6 +709,9 @@ impl Applier {
     async fn release(mut self) {
         use mysql_async::prelude::Queryable as _;
         self.lock.query_drop("UNLOCK TABLES").await.unwrap();
+        if let Some(limit) = &self.fc_limit {
+            set_fc_limit(&mut self.lock, limit).await;
+        }
     }
 }
 
