@@ -15,14 +15,17 @@
 #   restart-node N : start member N's mysqld again and rejoin it (distributed recovery), until ONLINE.
 #   sql N  : mysql client connected to member N over TCP (root, no password).
 # Env: GR_BASE ($TMPDIR/gr-cluster)  GR_PREFIX (/opt/mysql-sid)  GR_PORT_BASE (3320 -> 3321..3323)
-#      GR_XCOM_BASE (33060 -> 33061..33063)  GR_GROUP_NAME (fixed uuid)  GR_START_TIMEOUT (120)
+#      GR_XCOM_BASE (24900 -> 24901..24903)  GR_GROUP_NAME (fixed uuid)  GR_START_TIMEOUT (120)
 #      GR_EXTRA_CNF (extra [mysqld] lines for all members)
 set -euo pipefail
 
 BASE=${GR_BASE:-${TMPDIR:-/tmp}/gr-cluster}
 PREFIX=${GR_PREFIX:-/opt/mysql-sid}
 PORT_BASE=${GR_PORT_BASE:-3320}
-XCOM_BASE=${GR_XCOM_BASE:-33060}
+# Below the kernel's ephemeral ports (32768-60999 by default): in that range a
+# client's outgoing connection can take a killed member's group port before the
+# member restarts, and it then cannot rejoin ("Unable to announce tcp port").
+XCOM_BASE=${GR_XCOM_BASE:-24900}
 GROUP_NAME=${GR_GROUP_NAME:-aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee}
 START_TIMEOUT=${GR_START_TIMEOUT:-120}
 N=3
