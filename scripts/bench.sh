@@ -28,29 +28,9 @@ if $quick; then secs=2; accounts=50; fi
 fail() { echo "bench: $*" >&2; exit 1; }
 log() { printf '\n== %s\n' "$*" >&2; }
 
-cargo build --release --locked -q
-bin=target/release/ledger
-work=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-target=http://127.0.0.1:$port
-RUST_LOG=info "$bin" serve --log-format json --listen "127.0.0.1:$port" --data-dir "$work/db" \
-  --pool-size 32 ${LEDGER_BATCH_WRITERS:+--batch-writers "$LEDGER_BATCH_WRITERS"} >"$work/serve.log" 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 1 600); do
-  "$bin" healthcheck --listen "127.0.0.1:$port" --timeout 1s 2>/dev/null && break
-  kill -0 $server 2>/dev/null || { cat "$work/serve.log" >&2; fail "ledger serve exited"; }
-  sleep 0.2
-done
-db_url=$(python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    try: fields = json.loads(line).get("url")
-    except ValueError: continue
-    if fields: print(fields); break' "$work/serve.log")
-[ -n "$db_url" ] || fail "no database URL in the server log"
-db_port=$(sed -E 's|.*:([0-9]+)/.*|\1|' <<<"$db_url")
-flavor=$(grep -o '"flavor":"[A-Za-z]*"' "$work/serve.log" | head -1 | cut -d'"' -f4)
+serve_args=(${LEDGER_BATCH_WRITERS:+--batch-writers "$LEDGER_BATCH_WRITERS"})
+# shellcheck source=scripts/lib/private-serve.sh
+. scripts/lib/private-serve.sh
 
 # The database server the service runs (its child), for its CPU time.
 db_pid=$(pgrep -P "$server" | head -1)

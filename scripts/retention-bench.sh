@@ -22,24 +22,9 @@ accounts=${ACCOUNTS:-10000}
 fail() { echo "retention-bench: $*" >&2; exit 1; }
 log() { printf '\n== %s\n' "$*" >&2; }
 
-cargo build --release --locked -q
-bin=target/release/ledger
-work=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-target=http://127.0.0.1:$port
-RUST_LOG=info "$bin" serve --log-format json --listen "127.0.0.1:$port" --data-dir "$work/db" \
-  --pool-size 32 >"$work/serve.log" 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 1 600); do
-  "$bin" healthcheck --listen "127.0.0.1:$port" --timeout 1s 2>/dev/null && break
-  kill -0 $server 2>/dev/null || { cat "$work/serve.log" >&2; fail "ledger serve exited"; }
-  sleep 0.2
-done
-db_url=$(grep -o '"url":"[^"]*"' "$work/serve.log" | head -1 | cut -d'"' -f4)
-[ -n "$db_url" ] || fail "no database URL in the server log"
-db_port=$(sed -E 's|.*:([0-9]+)/.*|\1|' <<<"$db_url")
-db_name=${db_url##*/}
+serve_args=()
+# shellcheck source=scripts/lib/private-serve.sh
+. scripts/lib/private-serve.sh
 sql() { mysql -h127.0.0.1 -P"$db_port" -uroot -N -B "$db_name" -e "$1"; }
 
 bench() {
