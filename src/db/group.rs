@@ -403,7 +403,7 @@ async fn transaction(
         .map(|(m, _)| m)
         .collect();
     for member in &fresh {
-        before_commit(db, member).await;
+        keyed::before_commit(db, &member.call, &member.key, &member.command).await;
     }
     for (i, member) in fresh.iter().enumerate() {
         if member.call.begin_commit().is_err() {
@@ -547,15 +547,4 @@ async fn decide(
         })
         .collect::<Result<Vec<_>, Error>>()?;
     Ok(Decided { outcomes, batch })
-}
-
-async fn before_commit(db: &Persistence, member: &Member) {
-    if let Some(hook) = &db.inner.before_commit {
-        hook(super::BeforeCommitEvent {
-            method: member.command.method(),
-            key: member.key.clone(),
-            call: member.call.clone(),
-        })
-        .await;
-    }
 }

@@ -346,7 +346,13 @@ async fn replay(
     }
 }
 
-async fn before_commit(db: &Persistence, call: &Call, key: &ScopedKey, command: &Command) {
+/// The fault-injection point (`BeforeCommit`), when one is set.
+pub(super) async fn before_commit(
+    db: &Persistence,
+    call: &Call,
+    key: &ScopedKey,
+    command: &Command,
+) {
     if let Some(hook) = &db.inner.before_commit {
         hook(super::BeforeCommitEvent {
             method: command.method(),
