@@ -11,7 +11,10 @@
 //! - `keyed`: the exactly-once transaction of SPEC 3.2, with its retries; the same
 //!   for every operation. `load` locks what an operation needs, `writes` sends
 //!   what it changed with the COMMIT, `tx` bounds each round trip.
+//! - `group`: group commit, the same transaction for a batch of keyed calls.
 //! - `route`: which node of a cluster a keyed transaction goes to.
+//! - `effects`: what a key changed, found through the effects that carry it;
+//!   `purge`: retention of key rows.
 //! - `failure`: classification of failed statements by MySQL error code.
 //! - `idempotency`, `accounts`, `entries`, `holds`: one file per table;
 //!   `ids`: ids in blocks; `reads`: the plain reads and the key look-up; `sql`:
