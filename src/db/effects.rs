@@ -8,6 +8,7 @@ use diesel::QueryableByName;
 use diesel::sql_types::{Datetime, TinyInt, Unsigned};
 
 use super::failure::{Failure, Step};
+use super::idempotency;
 use super::sql::{Bind, Sql};
 use super::tx::Tx;
 use crate::error::Error;
@@ -68,6 +69,35 @@ impl Row {
         FirstUse {
             method,
             at: self.at.and_utc(),
+        }
+    }
+}
+
+/// The earliest effect of a key this transaction's probe claimed as new, if it had
+/// one: then retention purged the key's row after the effect (SPEC 3.5).
+///
+/// The effect counts only while the claim still stands, read under lock: the
+/// key's row is this transaction's own, with no outcome yet. If it holds another
+/// transaction's outcome, or is gone, that transaction committed the key since
+/// the probe (on a cluster, a write set applied over this one, which the server
+/// may report only later), so the effect is the winner's: the attempt is
+/// retried, and its probe replays the winner's answer rather than calling the
+/// key expired.
+pub(crate) async fn purged_use(
+    tx: &mut Tx<'_>,
+    key: &ScopedKey,
+) -> Result<Option<FirstUse>, Failure> {
+    let Some(first) = first_use(tx, key).await? else {
+        return Ok(None);
+    };
+    match idempotency::look_up(tx, key).await? {
+        Some(row) if row.outcome().is_none() => Ok(Some(first)),
+        _ => {
+            tracing::debug!(
+                key = %key.key.redacted(),
+                "another transaction committed the key since the probe; retrying"
+            );
+            Err(Failure::Overtaken)
         }
     }
 }

@@ -84,11 +84,21 @@ pub(crate) struct StepError {
 
 /// Why the body of a transaction stopped: a statement failed (to be classified
 /// while the connection still holds the error), the database did not answer in
-/// time, or the outcome is already final.
+/// time, another transaction committed the key this one had claimed, or the
+/// outcome is already final.
 #[derive(Debug)]
 pub(crate) enum Failure {
     Db(StepError),
-    TimedOut { step: Step, after: Duration },
+    TimedOut {
+        step: Step,
+        after: Duration,
+    },
+    /// The key's row holds another transaction's committed outcome, or none at
+    /// all, although this transaction's probe claimed it: its claim was taken
+    /// from under it (on a cluster, a write set applied over it), and whatever
+    /// it read since is not its own. Rolled back and retried whole; the probe
+    /// then replays the winner's outcome.
+    Overtaken,
     Final(Error),
 }
 

@@ -512,7 +512,7 @@ async fn decide(
                 Ok(reply) => encoder.reply(&reply),
                 Err(Refusal::Declined(decline)) => {
                     // A decline writes no effect: a purged key's effect must be looked for.
-                    if effects::first_use(tx, &member.key).await?.is_some() {
+                    if effects::purged_use(tx, &member.key).await?.is_some() {
                         return Err(Failure::Final(Error::internal("a purged key in a batch")));
                     }
                     encoder.declined(&decline)

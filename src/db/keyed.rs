@@ -295,7 +295,7 @@ async fn decide(
     let decided = operation.decide(&mut book);
     book.finish_call(decided.is_ok());
     if (mode.prove_unused || matches!(decided, Err(Refusal::Declined(_))))
-        && let Some(first) = effects::first_use(tx, key).await?
+        && let Some(first) = effects::purged_use(tx, key).await?
     {
         db.inner.ids.give_back(&book.into_changes().unused);
         return Err(first.expired().into());

@@ -136,8 +136,13 @@ async fn look_up_or_expired(tx: &mut Tx<'_>, key: &ScopedKey) -> Result<Option<K
     if let Some(row) = idempotency::look_up(tx, key).await? {
         return Ok(Some(row));
     }
-    match effects::first_use(tx, key).await? {
-        Some(first) => Err(first.expired().into()),
-        None => Ok(None),
+    let Some(first) = effects::first_use(tx, key).await? else {
+        return Ok(None);
+    };
+    // The key may have been committed since its row was looked for (on a cluster,
+    // with its effect, by another node): then its row is the answer.
+    match idempotency::look_up(tx, key).await? {
+        Some(row) => Ok(Some(row)),
+        None => Err(first.expired().into()),
     }
 }

@@ -154,6 +154,7 @@ impl<'c> Tx<'c> {
     pub(crate) async fn fail(mut self, failure: Failure) -> AttemptError {
         let attempt = match failure {
             Failure::Final(e) => AttemptError::Final(e),
+            Failure::Overtaken => AttemptError::Conflict,
             Failure::TimedOut { step, after } => return AttemptError::silent(step, after),
             Failure::Db(e) => {
                 let classified =

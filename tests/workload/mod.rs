@@ -169,7 +169,7 @@ async fn client(
         .await;
         assert!(
             answers.iter().all(|a| *a == answers[0]),
-            "{key}: copies disagree: {answers:?}"
+            "{key}: copies disagree: {answers:?} ({request:?})"
         );
         counters.ops.fetch_add(1, Ordering::Relaxed);
         if copies > 1 {
