@@ -276,6 +276,92 @@ async fn a_duplicate_mid_transaction_on_another_node_ends_as_a_replay() {
     assert_eq!(db.entries_for_key("xnode").await, 1);
 }
 
+/// A group-commit batch on node 1 holds three calls; while it waits before its
+/// COMMIT, the first call's key commits through another node. The batch, guarded,
+/// fails to commit (the other node's write set aborts it, or certification
+/// refuses it), is retried whole, and then replays that call and decides the
+/// others in arrival order: the second sees the first's debit and is declined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn a_batch_overtaken_by_another_node_is_retried_whole() {
+    let nodes = nodes();
+    let db = cluster_db();
+    let gate = Gate::new("in-batch-first");
+    let batching = TestApp::spawn_with(
+        &db,
+        Config {
+            database_url: Some(db.url_on(&nodes[0])),
+            gate: Some(gate.clone()),
+            batch_writers: Some(1),
+            ..Config::default()
+        },
+    )
+    .await;
+    let elsewhere = TestApp::spawn_with(
+        &db,
+        Config {
+            database_url: Some(db.url_on(&nodes[1])),
+            batch_writers: Some(0),
+            ..Config::default()
+        },
+    )
+    .await;
+    let account = batching.funded_account("USD", 100).await;
+    let mut holder = batching.busy_writer(&db).await;
+    let mut calls = Vec::new();
+    for (i, (key, amount)) in [
+        ("overtaken", 30),
+        ("in-batch-first", 60),
+        ("in-batch-second", 60),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let channel = batching.channel().await;
+        calls.push(tokio::spawn(raw_call(
+            channel,
+            "Charge",
+            charge(key, account, amount),
+        )));
+        batching.until_queued(i + 1).await;
+    }
+    mysql_async::prelude::Queryable::query_drop(&mut holder, "ROLLBACK")
+        .await
+        .unwrap();
+    gate.reached().await;
+
+    let (original_md, original) = raw_call(
+        elsewhere.channel().await,
+        "Charge",
+        charge("overtaken", account, 30),
+    )
+    .await
+    .expect("committed through node 2 while the batch holds the key on node 1");
+    assert!(!replayed(&original_md));
+    gate.release();
+
+    let second = calls.pop().unwrap().await.unwrap().unwrap_err();
+    assert_eq!(second.code(), Code::FailedPrecondition, "{second:?}");
+    assert_eq!(
+        second.get_details_error_info().unwrap().reason,
+        "INSUFFICIENT_FUNDS"
+    );
+    let (first_md, _) = calls.pop().unwrap().await.unwrap().expect("served");
+    assert!(!replayed(&first_md));
+    let (overtaken_md, overtaken) = calls.pop().unwrap().await.unwrap().expect("replayed");
+    assert!(
+        replayed(&overtaken_md),
+        "the batch replays the other node's commit"
+    );
+    assert_eq!(overtaken, original);
+    let at = db.claimed_at(&["in-batch-first", "in-batch-second"]).await;
+    assert_eq!(at[0], at[1], "claimed by one batch");
+    assert_eq!(db.balance(account).await, 10);
+    assert_eq!(db.entries_for_key("overtaken").await, 1);
+    let report = ledger::audit::audit(&db.url).await.unwrap();
+    assert!(report.passed(), "{report}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
 async fn storms_across_three_nodes_charge_once_per_key() {

@@ -21,9 +21,10 @@
 //! `keyed`'s path, where the probe settles each (SPEC 3.6). That covers a key whose
 //! original is still in flight elsewhere (the probe's lock wait passed), a call
 //! whose caller left or whose deadline passed before the COMMIT, a write that met
-//! a purged key's effect, a decline whose key may have had an effect, a lost
-//! connection or an unknown COMMIT. Deadlocks and certification conflicts retry the
-//! whole batch first.
+//! a purged key's effect, a decline whose key may have had an effect, or a lost
+//! connection. Deadlocks, certification conflicts and a COMMIT whose outcome is
+//! not known (on a cluster, any failure of a guarded batch) retry the whole batch
+//! first: its probe settles each member, replaying the keys that committed.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -256,11 +257,11 @@ async fn serve(db: &Persistence, batch: Vec<Member>) {
                 }
                 return;
             }
-            Err(Split::Retry) if attempt < max_attempts => {
-                metrics::retry("conflict");
+            Err(Split::Retry(reason)) if attempt < max_attempts => {
+                metrics::retry(reason);
                 attempt += 1;
             }
-            Err(Split::Retry | Split::Apart) => break,
+            Err(Split::Retry(_) | Split::Apart) => break,
             Err(Split::Unavailable(reason)) => {
                 for member in members {
                     let recorded = member.call.recorded();
@@ -296,8 +297,9 @@ fn alone(db: &Persistence, member: Member) {
 
 /// Why a batch did not commit.
 enum Split {
-    /// A deadlock or conflict rolled it back: try the whole batch again.
-    Retry,
+    /// A deadlock or conflict rolled it back, or its COMMIT's outcome is not
+    /// known: try the whole batch again (the reason, for the retry metric).
+    Retry(&'static str),
     /// Serve each member alone.
     Apart,
     /// The database is silent or no connection was free: every member is
@@ -308,7 +310,10 @@ enum Split {
 impl From<AttemptError> for Split {
     fn from(e: AttemptError) -> Self {
         match e {
-            AttemptError::Conflict => Self::Retry,
+            // The next attempt's probe settles every member, as `keyed`'s does:
+            // a committed key replays, a free one is decided again.
+            AttemptError::Conflict => Self::Retry("conflict"),
+            AttemptError::Unsettled(_) => Self::Retry("unsettled"),
             AttemptError::Silent(reason) | AttemptError::NoConnection(reason) => {
                 Self::Unavailable(reason)
             }
@@ -384,7 +389,12 @@ async fn transaction(
                 .into());
         };
         found.push(match row.row.outcome() {
-            None => Found::New,
+            None => {
+                // The key was free: whatever an earlier attempt's COMMIT did, it
+                // did not commit.
+                member.call.settled_nothing();
+                Found::New
+            }
             Some(_) if !row.row.binds(member.command.method(), &member.fingerprint) => {
                 Found::Reused
             }

@@ -21,34 +21,6 @@ fn one_writer() -> Config {
     }
 }
 
-/// Makes the instance's only writer busy: a charge on a fresh account that a test
-/// connection holds locked. Dropping (or rolling back) the holder frees it.
-async fn busy_writer(db: &TestDb, app: &TestApp) -> mysql_async::Conn {
-    let blocker = app.funded_account("USD", 10).await;
-    let holder = db.lock_account(blocker).await;
-    let mut client = app.client().await;
-    tokio::spawn(async move { client.charge(charge("busy", blocker, 1)).await });
-    db.until_waiting_on("accounts", 1).await;
-    holder
-}
-
-/// The instants at which keys were claimed: one per probe statement.
-async fn claimed_at(db: &TestDb, keys: &[&str]) -> Vec<String> {
-    let mut conn = db.sql().await;
-    let mut at = Vec::new();
-    for key in keys {
-        let row: Option<String> = conn
-            .exec_first(
-                "SELECT CAST(created_at AS CHAR) FROM idempotency_keys WHERE idempotency_key = ?",
-                (key,),
-            )
-            .await
-            .unwrap();
-        at.push(row.expect("a key row"));
-    }
-    at
-}
-
 /// Two charges of 60 on an account holding 100, in one batch: the second sees the
 /// first's debit and is declined, as it would be one transaction later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -56,7 +28,7 @@ async fn a_batch_decides_each_call_against_the_ones_before_it() {
     let db = TestDb::new();
     let app = TestApp::spawn_with(&db, one_writer()).await;
     let account = app.funded_account("USD", 100).await;
-    let mut holder = busy_writer(&db, &app).await;
+    let mut holder = app.busy_writer(&db).await;
     let mut calls = Vec::new();
     for (i, key) in ["first", "second"].into_iter().enumerate() {
         let mut client = app.client().await;
@@ -72,7 +44,7 @@ async fn a_batch_decides_each_call_against_the_ones_before_it() {
     assert_eq!(first.into_inner().entry.unwrap().balance_after, 40);
     assert_eq!(reason(&second), "INSUFFICIENT_FUNDS");
     assert_eq!(db.balance(account).await, 40);
-    let at = claimed_at(&db, &["first", "second"]).await;
+    let at = db.claimed_at(&["first", "second"]).await;
     assert_eq!(at[0], at[1], "both keys were claimed by one statement");
 
     // Each is replayed as its own outcome.
@@ -117,7 +89,7 @@ async fn a_key_in_flight_elsewhere_does_not_hold_the_batch_past_the_lock_wait() 
         tokio::spawn(async move { original_client.charge(charge("dup", account, 30)).await });
     gate.reached().await;
 
-    let mut holder = busy_writer(&db, &app).await;
+    let mut holder = app.busy_writer(&db).await;
     let mut dup_client = app.client().await;
     let duplicate =
         tokio::spawn(async move { dup_client.charge(charge("dup", account, 30)).await });
@@ -161,7 +133,7 @@ async fn a_caller_gone_mid_batch_costs_the_others_nothing() {
     )
     .await;
     let account = app.funded_account("USD", 100).await;
-    let mut holder = busy_writer(&db, &app).await;
+    let mut holder = app.busy_writer(&db).await;
     let mut late_client = app.client().await;
     let late = tokio::spawn(async move {
         late_client
@@ -214,7 +186,7 @@ async fn a_batch_that_deadlocks_is_retried_whole() {
         .query_drop("CREATE TABLE ballast (i INT PRIMARY KEY)")
         .await
         .unwrap();
-    let mut holder = busy_writer(&db, &app).await;
+    let mut holder = app.busy_writer(&db).await;
     let mut calls = Vec::new();
     for (i, account) in [one, two].into_iter().enumerate() {
         let mut client = app.client().await;
@@ -284,7 +256,7 @@ async fn a_lost_batch_commit_is_settled_key_by_key() {
     )
     .await;
     let account = app.funded_account("USD", 100).await;
-    let mut holder = busy_writer(&db, &app).await;
+    let mut holder = app.busy_writer(&db).await;
     let keys = ["settle-0", "settle-1", "settle-2"];
     // The batch's own text names its keys in hexadecimal; nothing else does.
     let needle = keys[0].bytes().fold(String::new(), |mut hex, b| {

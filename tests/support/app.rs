@@ -166,6 +166,18 @@ impl TestApp {
         );
     }
 
+    /// Makes a one-writer instance's writer busy: a charge ("busy") on a fresh
+    /// account that a connection to `db` holds locked, so the calls behind it queue
+    /// and form the next batch. Rolling back (or dropping) the holder frees it.
+    pub async fn busy_writer(&self, db: &TestDb) -> mysql_async::Conn {
+        let blocker = self.funded_account("USD", 10).await;
+        let holder = db.lock_account(blocker).await;
+        let mut client = self.client().await;
+        tokio::spawn(async move { client.charge(super::charge("busy", blocker, 1)).await });
+        db.until_waiting_on("accounts", 1).await;
+        holder
+    }
+
     pub async fn client(&self) -> LedgerClient<Channel> {
         LedgerClient::new(self.channel().await)
     }

@@ -176,6 +176,24 @@ impl TestDb {
             .unwrap_or(0)
     }
 
+    /// The instants at which keys were claimed: one per probe statement, so keys
+    /// claimed by one batch share theirs.
+    pub async fn claimed_at(&self, keys: &[&str]) -> Vec<String> {
+        let mut conn = self.sql().await;
+        let mut at = Vec::new();
+        for key in keys {
+            let row: Option<String> = conn
+                .exec_first(
+                    "SELECT CAST(created_at AS CHAR) FROM idempotency_keys WHERE idempotency_key = ?",
+                    (key,),
+                )
+                .await
+                .unwrap();
+            at.push(row.expect("a key row"));
+        }
+        at
+    }
+
     pub async fn key_rows(&self, key: &str) -> u64 {
         self.sql()
             .await
