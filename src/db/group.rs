@@ -10,11 +10,12 @@
 //!
 //! ```text
 //! INSERT INTO idempotency_keys VALUES (k1), (k2), ... ON DUPLICATE KEY UPDATE ...   (keys sorted)
-//! SELECT ... FROM idempotency_keys WHERE (namespace, key) IN (...) FOR UPDATE
-//!   no outcome -> this batch inserted it: new;  an outcome -> a duplicate: replay
+//!   a row inserted for every key -> all new; otherwise:
+//!   SELECT ... FROM idempotency_keys WHERE (namespace, key) IN (...) FOR UPDATE
+//!     no outcome -> this batch inserted it: new;  an outcome -> a duplicate: replay
 //! lock what the new calls need (accounts ascending, holds, entries), once
 //! decide each new call in arrival order against the running rows (`Book`)
-//! the writes of all; each key's outcome; COMMIT        (one round trip)
+//! the writes of all; every key's outcome (one UPDATE); COMMIT   (one round trip)
 //! ```
 //!
 //! Anything out of the ordinary splits the batch: its calls rerun one by one on
@@ -382,6 +383,11 @@ async fn transaction(
     };
     let mut found = Vec::with_capacity(members.len());
     for member in members {
+        let Some(rows) = &rows else {
+            member.call.settled_nothing();
+            found.push(Found::New);
+            continue;
+        };
         let Some(row) = rows.iter().find(|r| r.is(&member.key)) else {
             return Err(tx
                 .fail(Error::internal("a probed key has no row").into())
@@ -463,7 +469,10 @@ enum Found {
     Reused,
 }
 
-async fn claim(tx: &mut Tx<'_>, members: &[Member]) -> Result<Vec<BatchKeyRow>, Failure> {
+/// Claims the members' keys (their keys are distinct). When the probe inserted a
+/// row for every key, all are new and nothing needs reading back (`None`);
+/// otherwise the key rows, read under lock.
+async fn claim(tx: &mut Tx<'_>, members: &[Member]) -> Result<Option<Vec<BatchKeyRow>>, Failure> {
     let mut keys: Vec<_> = members
         .iter()
         .map(|m| (&m.key, m.command.method(), &m.fingerprint))
@@ -471,9 +480,11 @@ async fn claim(tx: &mut Tx<'_>, members: &[Member]) -> Result<Vec<BatchKeyRow>, 
     keys.sort_by(|a, b| {
         (a.0.namespace.as_str(), a.0.key.as_str()).cmp(&(b.0.namespace.as_str(), b.0.key.as_str()))
     });
-    idempotency::probe_all(tx, &keys).await?;
+    if idempotency::probe_all(tx, &keys).await? == keys.len() {
+        return Ok(None);
+    }
     let keys: Vec<&ScopedKey> = keys.iter().map(|k| k.0).collect();
-    idempotency::lock_claimed(tx, &keys).await
+    idempotency::lock_claimed(tx, &keys).await.map(Some)
 }
 
 struct Decided {

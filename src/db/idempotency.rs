@@ -1,6 +1,8 @@
 //! The `idempotency_keys` table: the probe that claims a key, the locking reads of
 //! an existing key, and the SQL that stores an outcome.
 
+use std::fmt::Write as _;
+
 use chrono::NaiveDateTime;
 use diesel::QueryableByName;
 use diesel::mysql::Mysql;
@@ -171,6 +173,33 @@ pub(crate) fn claimed_condition(key: &ScopedKey) -> String {
     format!("{} AND outcome IS NULL", row_condition(key))
 }
 
+/// One `UPDATE` storing several new keys' outcomes (a group-commit batch): each
+/// row gets its own, chosen by its key; on a multi-primary node only while the
+/// rows are still claimed.
+pub(crate) fn outcomes_sql(keys: &[(&ScopedKey, &StoredOutcome)], guarded: bool) -> String {
+    let mut codes = String::new();
+    let mut bodies = String::new();
+    let mut rows = Vec::with_capacity(keys.len());
+    for (key, outcome) in keys {
+        let (namespace, name) = (
+            hex(key.namespace.as_str().as_bytes()),
+            hex(key.key.as_str().as_bytes()),
+        );
+        let when = format!("WHEN namespace = {namespace} AND idempotency_key = {name}");
+        let _ = write!(codes, " {when} THEN {}", outcome.code);
+        let _ = write!(bodies, " {when} THEN {}", hex(&outcome.body));
+        rows.push(format!("({namespace}, {name})"));
+    }
+    format!(
+        "UPDATE idempotency_keys SET \
+         outcome_code = CASE{codes} END, \
+         outcome = CASE{bodies} END \
+         WHERE (namespace, idempotency_key) IN ({}){}",
+        rows.join(", "),
+        if guarded { " AND outcome IS NULL" } else { "" }
+    )
+}
+
 /// `UPDATE` of a new key's row with its outcome; on a multi-primary node only
 /// while the row is still claimed.
 pub(crate) fn outcome_sql(key: &ScopedKey, outcome: &StoredOutcome, guarded: bool) -> String {
@@ -217,12 +246,14 @@ impl BatchKeyRow {
 }
 
 /// The probe of a batch's keys, sorted so two batches claim shared keys in one
-/// order. It cannot tell new keys from duplicates by its affected rows: the
-/// locking read after it does ([`lock_claimed`]).
+/// order; returns how many rows it inserted. Its affected rows cannot tell which
+/// keys are new when some are duplicates (the locking read after it does:
+/// [`lock_claimed`]), but when it inserted as many rows as there are distinct keys,
+/// every key is new.
 pub(crate) async fn probe_all(
     tx: &mut Tx<'_>,
     keys: &[(&ScopedKey, Method, &Fingerprint)],
-) -> Result<(), Failure> {
+) -> Result<usize, Failure> {
     let keys = super::sql::padded(keys);
     let rows = vec!["(?, ?, ?, ?, UTC_TIMESTAMP(6))"; keys.len()].join(", ");
     let mut sql = Sql::new(format!(
@@ -237,7 +268,7 @@ pub(crate) async fn probe_all(
             .bind(Bind::U64(u64::from(method.code())))
             .bind(Bind::Bytes(fingerprint.as_bytes().as_slice()));
     }
-    tx.execute(Step::Probe, sql).await.map(|_| ())
+    tx.execute(Step::Probe, sql).await
 }
 
 /// The batch's key rows, locked. After [`probe_all`], a row without an outcome is

@@ -57,6 +57,49 @@ async fn a_batch_decides_each_call_against_the_ones_before_it() {
     assert_eq!(reason(&again), "INSUFFICIENT_FUNDS");
 }
 
+/// A batch holding a retry of a key that committed earlier replays it and serves
+/// the new calls beside it: the probe inserted fewer rows than it had keys, so the
+/// rows are read back to tell which is which.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_replays_a_committed_key_beside_new_ones() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(&db, one_writer()).await;
+    let account = app.funded_account("USD", 100).await;
+    let mut client = app.client().await;
+    let original = client
+        .charge(charge("earlier", account, 30))
+        .await
+        .unwrap()
+        .into_inner();
+
+    let mut holder = app.busy_writer(&db).await;
+    let mut calls = Vec::new();
+    for (i, (key, amount)) in [("earlier", 30), ("fresh-1", 20), ("fresh-2", 60)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut client = app.client().await;
+        calls.push(tokio::spawn(async move {
+            client.charge(charge(key, account, amount)).await
+        }));
+        app.until_queued(i + 1).await;
+    }
+    holder.query_drop("ROLLBACK").await.unwrap();
+
+    let fresh_2 = calls.pop().unwrap().await.unwrap().unwrap_err();
+    assert_eq!(reason(&fresh_2), "INSUFFICIENT_FUNDS", "70 - 20 leaves 50");
+    let fresh_1 = calls.pop().unwrap().await.unwrap().expect("served");
+    assert!(!replayed(fresh_1.metadata()));
+    assert_eq!(fresh_1.into_inner().entry.unwrap().balance_after, 50);
+    let retry = calls.pop().unwrap().await.unwrap().expect("replayed");
+    assert!(replayed(retry.metadata()));
+    assert_eq!(retry.into_inner(), original);
+    let at = db.claimed_at(&["fresh-1", "fresh-2"]).await;
+    assert_eq!(at[0], at[1], "claimed by one batch");
+    assert_eq!(db.balance(account).await, 50);
+    assert_eq!(db.entries_for_key("earlier").await, 1);
+}
+
 /// A batch holding the duplicate of an original still in flight on another
 /// instance waits on that key at most the lock-wait bound, then splits: the other
 /// calls are served while the original is still held, and the duplicate replays
