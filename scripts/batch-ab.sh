@@ -2,7 +2,7 @@
 # Group commit on and off, A/B on one database, several rounds: the spread of each
 # rate and of the ratios the group-commit targets are stated in.
 #
-#   scripts/batch-ab.sh        3 rounds, 10 s per measurement, ~6 minutes
+#   scripts/batch-ab.sh        3 rounds, 10 s per measurement, about 8 minutes
 #
 # One private MariaDB/MySQL (scripts/lib/private-serve.sh) serves two `ledger
 # serve` processes: "on" with the default --batch-writers, "off" with
@@ -10,6 +10,10 @@
 # seed-minimal ceilings (sysbench, scripts/sql-ceilings) for 1 and ACCOUNTS
 # accounts, then each scenario against "off" and "on" in turn, so both modes
 # see the same database, the same data and the same moment of a shared machine.
+#
+# Scenarios: unique keys over ACCOUNTS accounts, one hot account, hot-merchant
+# (every payment to one account), all at CONCURRENCY, and unique keys at
+# concurrency 1 (its p50: what batching costs a lone call).
 #
 # Environment: ROUNDS (3), SECS (10), CONCURRENCY (16), ACCOUNTS (10000).
 set -euo pipefail
@@ -53,9 +57,9 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
 results=$work/results.jsonl
-record() { # round mode name rate [cores]
-  printf '{"round": %s, "mode": "%s", "name": "%s", "rate": %s, "cores": %s}\n' \
-    "$1" "$2" "$3" "$4" "${5:-null}" >>"$results"
+record() { # round mode name rate [cores p50]
+  printf '{"round": %s, "mode": "%s", "name": "%s", "rate": %s, "cores": %s, "p50": %s}\n' \
+    "$1" "$2" "$3" "$4" "${5:-null}" "${6:-null}" >>"$results"
 }
 ceiling() { # round accounts
   $sb scripts/sql-ceilings/seed-minimal.lua --accounts="$2" prepare >/dev/null
@@ -68,12 +72,12 @@ ceiling() { # round accounts
 # The CPU the service, the database server and the load generator use together
 # while a scenario runs, in cores (warm-up included): how close it is to the
 # machine's limit.
-scenario() { # round mode target name accounts bench-args...
-  local round=$1 mode=$2 url=$3 name=$4 a=$5; shift 5
+scenario() { # round mode target name concurrency accounts bench-args...
+  local round=$1 mode=$2 url=$3 name=$4 c=$5 a=$6; shift 6
   local pid=$server; [ "$mode" = off ] && pid=$off_server
   local line before start TIMEFORMAT='%U %S %R'
   before=$(( $(ticks "$pid") + $(ticks "$db_pid") ))
-  { time line=$("$bin" bench --target "$url" --concurrency "$conc" --accounts "$a" --duration "${secs}s" \
+  { time line=$("$bin" bench --target "$url" --concurrency "$c" --accounts "$a" --duration "${secs}s" \
            --warmup 2s --json --database-url "$db_url" "$@"); } 2>"$work/gen-time"
   local used=$(( $(ticks "$pid") + $(ticks "$db_pid") - before ))
   python3 - "$line" "$used" "$hz" "$(cat "$work/gen-time")" >"$work/measured" <<'PY' || fail "$mode $name: $line"
@@ -81,10 +85,10 @@ import json, sys
 line, used, hz, (user, system, wall) = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), map(float, sys.argv[4].split())
 if line["errors"]:
     sys.exit(1)
-print(line["calls_per_second"], (used / hz + user + system) / wall)
+print(line["calls_per_second"], (used / hz + user + system) / wall, line["p50_ms"])
 PY
-  read -r rate cores <"$work/measured"
-  record "$round" "$mode" "$name" "$rate" "$cores"
+  read -r rate cores p50 <"$work/measured"
+  record "$round" "$mode" "$name" "$rate" "$cores" "$p50"
 }
 
 for round in $(seq 1 "$rounds"); do
@@ -93,9 +97,10 @@ for round in $(seq 1 "$rounds"); do
   ceiling "$round" "$accounts"
   for mode in off on; do
     url=$on; [ $mode = off ] && url=$off
-    scenario "$round" $mode "$url" unique "$accounts" --scenario unique
-    scenario "$round" $mode "$url" hot 1 --scenario unique
-    scenario "$round" $mode "$url" hot-merchant "$accounts" --scenario hot-merchant
+    scenario "$round" $mode "$url" unique "$conc" "$accounts" --scenario unique
+    scenario "$round" $mode "$url" hot "$conc" 1 --scenario unique
+    scenario "$round" $mode "$url" hot-merchant "$conc" "$accounts" --scenario hot-merchant
+    scenario "$round" $mode "$url" alone 1 "$accounts" --scenario unique
   done
 done
 
@@ -135,6 +140,10 @@ for r in rows:
     if r["cores"] is not None:
         cores[r["mode"] + " " + r["name"]].append(r["cores"])
 in_cores = lambda v: f"{v:.2f}"
+alone = [[r["p50"] for r in rows if r["mode"] == m and r["name"] == "alone"] for m in ("off", "on")]
+cells = [spread(v, lambda x: f"{x:.2f}") for v in alone]
+print(f"{'p50 ms at concurrency 1':<34} {cells[0]:>32} {cells[1]:>32}")
+print()
 for name in ("unique", "hot", "hot-merchant"):
     cells = [spread(cores[f"{m} {name}"], in_cores) for m in ("off", "on")]
     print(f"{'CPU in use, cores: ' + name:<34} {cells[0]:>32} {cells[1]:>32}")
