@@ -30,6 +30,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -260,6 +261,14 @@ async fn serve(db: &Persistence, batch: Vec<Member>) {
             }
             Err(Split::Retry(reason)) if attempt < max_attempts => {
                 metrics::retry(reason);
+                // Backs off as one call would; a delay the tightest deadline
+                // cannot afford splits the batch instead.
+                let Some(tightest) = tightest(members.iter().map(|m| &m.call)) else {
+                    return;
+                };
+                if !keyed::backoff(attempt, tightest).await {
+                    break;
+                }
                 attempt += 1;
             }
             Err(Split::Retry(_) | Split::Apart) => break,
@@ -338,11 +347,7 @@ async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<Keyed
         .await;
     let node = db.inner.keyed.choose(&route);
     let pool = node.pool();
-    // The member with the least time left bounds the batch's waits.
-    let tightest = members
-        .iter()
-        .min_by_key(|m| m.call.remaining())
-        .map_or(&first.call, |m| &m.call);
+    let tightest = tightest(members.iter().map(|m| &m.call)).unwrap_or(&first.call);
     let result = async {
         let mut conn = checkout(pool, tightest).await?;
         let lock_wait =
@@ -360,6 +365,12 @@ async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<Keyed
         db.inner.keyed.pass_over(node);
     }
     result.map_err(|Attempt(e)| Split::from(e))
+}
+
+/// The call with the least time left, which bounds the batch's waits; a call
+/// without a deadline has the most.
+fn tightest<'a>(calls: impl Iterator<Item = &'a Call>) -> Option<&'a Call> {
+    calls.min_by_key(|call| call.remaining().unwrap_or(Duration::MAX))
 }
 
 /// A failed attempt at a batch, before it is turned into what to do next.
@@ -568,4 +579,27 @@ async fn decide(
         })
         .collect::<Result<Vec<_>, Error>>()?;
     Ok(Decided { outcomes, batch })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::tightest;
+    use crate::call::Call;
+
+    #[tokio::test]
+    async fn the_tightest_call_is_the_one_with_least_time_left() {
+        let unbounded = Call::unbounded();
+        let later = Call::new(Some(Instant::now() + Duration::from_secs(60)));
+        let soon = Call::new(Some(Instant::now() + Duration::from_secs(2)));
+        let calls = [&unbounded, &later, &soon, &Call::unbounded()];
+        let found = tightest(calls.into_iter()).map(Call::deadline);
+        assert_eq!(found, Some(soon.deadline()));
+        let found = tightest([&unbounded, &later].into_iter()).map(Call::deadline);
+        assert_eq!(found, Some(later.deadline()));
+        assert!(tightest(std::iter::empty()).is_none());
+    }
 }

@@ -111,7 +111,7 @@ pub(super) async fn run(
 
 /// Sleeps a jittered, exponentially growing delay. Returns false, without
 /// sleeping, when the delay would outlast the caller's deadline.
-async fn backoff(attempt: u32, call: &Call) -> bool {
+pub(super) async fn backoff(attempt: u32, call: &Call) -> bool {
     let ceiling = BACKOFF_BASE
         .saturating_mul(1 << attempt.min(16))
         .min(BACKOFF_CAP);
