@@ -37,11 +37,7 @@ RUST_LOG=warn "$bin" serve --listen "127.0.0.1:$off_port" --database-url "$db_ur
   --pool-size 32 --batch-writers 0 >"$work/off.log" 2>&1 &
 off_server=$!
 trap 'kill $server $off_server 2>/dev/null; wait $server $off_server 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 1 300); do
-  "$bin" healthcheck --listen "127.0.0.1:$off_port" --timeout 1s 2>/dev/null && break
-  kill -0 $off_server 2>/dev/null || { cat "$work/off.log" >&2; fail "the second ledger serve exited"; }
-  sleep 0.2
-done
+wait_serving "$off_port" "$off_server" "$work/off.log"
 off=http://127.0.0.1:$off_port
 
 command -v sysbench >/dev/null || {

@@ -4,7 +4,7 @@
 #
 # Needs `fail` defined; extra `ledger serve` arguments in the array `serve_args`,
 # if any. Sets: bin, work, port, target, server (its PID), db_url, db_port,
-# db_name, flavor.
+# db_name, flavor; and the function wait_serving.
 
 cargo build --release --locked -q
 bin=target/release/ledger
@@ -15,11 +15,17 @@ RUST_LOG=info "$bin" serve --log-format json --listen "127.0.0.1:$port" --data-d
   --pool-size 32 "${serve_args[@]}" >"$work/serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 1 600); do
-  "$bin" healthcheck --listen "127.0.0.1:$port" --timeout 1s 2>/dev/null && break
-  kill -0 $server 2>/dev/null || { cat "$work/serve.log" >&2; fail "ledger serve exited"; }
-  sleep 0.2
-done
+# wait_serving PORT PID LOG: until the `ledger serve` PID answers its health check;
+# fails, with its log, if it exits first.
+wait_serving() {
+  for _ in $(seq 1 600); do
+    "$bin" healthcheck --listen "127.0.0.1:$1" --timeout 1s 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || { cat "$3" >&2; fail "ledger serve exited"; }
+    sleep 0.2
+  done
+  fail "ledger serve did not become healthy in 120 s"
+}
+wait_serving "$port" "$server" "$work/serve.log"
 db_url=$(python3 -c '
 import json, sys
 for line in open(sys.argv[1]):

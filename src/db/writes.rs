@@ -70,9 +70,7 @@ pub(crate) fn commit_batch(
     let mut statements: Vec<String> = Vec::new();
 
     statements.extend(accounts::insert_sql(&changes.new_accounts, key_of, guard)?);
-    for (row, count_before) in &changes.accounts {
-        statements.push(accounts::update_sql(row, *count_before, guard));
-    }
+    statements.extend(accounts::update_sql(&changes.accounts, guard));
     let entry_rows = entries::values(&changes.new_entries, key_of)?;
     statements.extend(entries::insert_sql(&entry_rows, guard));
     for row in &changes.refunded_entries {

@@ -5,11 +5,12 @@
 
 use std::time::Duration;
 
+use ledger::db::MultiPrimary;
 use mysql_async::prelude::Queryable as _;
 use tonic::Code;
 
 use crate::support::{
-    Config, Gate, TestApp, TestDb, charge, credit, reason, replayed, with_deadline,
+    Config, Gate, TestApp, TestDb, charge, credit, reason, replayed, transfer, with_deadline,
 };
 
 type Client = ledger::proto::pb::ledger_client::LedgerClient<tonic::transport::Channel>;
@@ -55,6 +56,65 @@ async fn a_batch_decides_each_call_against_the_ones_before_it() {
         .unwrap_err();
     assert!(replayed(again.metadata()));
     assert_eq!(reason(&again), "INSUFFICIENT_FUNDS");
+}
+
+/// Transfers around three accounts in one batch: one statement updates every
+/// account the batch changed, plain on a single server and guarded as on a
+/// multi-primary node, and each account ends with its balance and its entry count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_updates_every_account_it_changed() {
+    for multi_primary in [MultiPrimary::Auto, MultiPrimary::On] {
+        let db = TestDb::new();
+        let config = Config {
+            multi_primary: Some(multi_primary),
+            ..one_writer()
+        };
+        let app = TestApp::spawn_with(&db, config).await;
+        let (a, b, c) = (
+            app.funded_account("USD", 100).await,
+            app.funded_account("USD", 100).await,
+            app.funded_account("USD", 100).await,
+        );
+        let mut holder = app.busy_writer(&db).await;
+        let mut calls = Vec::new();
+        for (i, (key, from, to, amount)) in [("ab", a, b, 10), ("bc", b, c, 20), ("ca", c, a, 5)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut client = app.client().await;
+            calls.push(tokio::spawn(async move {
+                client.transfer(transfer(key, from, to, amount)).await
+            }));
+            app.until_queued(i + 1).await;
+        }
+        holder.query_drop("ROLLBACK").await.unwrap();
+        for call in calls {
+            call.await.unwrap().expect("transferred");
+        }
+
+        let at = db.claimed_at(&["ab", "bc", "ca"]).await;
+        assert!(at.iter().all(|t| *t == at[0]), "one batch: {at:?}");
+        for (account, balance) in [(a, 95), (b, 90), (c, 115)] {
+            assert_eq!(db.balance(account).await, balance, "{multi_primary:?}");
+            let counted = db
+                .count(&format!(
+                    "SELECT COUNT(*) FROM entries WHERE account_id = {account}"
+                ))
+                .await;
+            let stored = db
+                .count(&format!(
+                    "SELECT entry_count FROM accounts WHERE account_id = {account}"
+                ))
+                .await;
+            assert_eq!(
+                (stored, counted),
+                (3, 3),
+                "{multi_primary:?}: the credit and two legs"
+            );
+        }
+        let report = ledger::audit::audit(&db.url).await.unwrap();
+        assert!(report.passed(), "{report}");
+    }
 }
 
 /// A batch holding a retry of a key that committed earlier replays it and serves
