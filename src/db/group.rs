@@ -28,10 +28,12 @@
 //! first: its probe settles each member, replaying the keys that committed.
 
 use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use tokio::sync::{mpsc, oneshot};
 
 use super::failure::{AttemptError, Failure};
@@ -202,9 +204,14 @@ impl Writers {
                     waiting.fetch_sub(batch.len(), Ordering::SeqCst);
                     metrics::batch_waiting(-isize::try_from(batch.len()).unwrap_or(isize::MAX));
                     let Some(db) = db.upgrade() else { return };
-                    let tasks = db.inner.tasks.clone();
-                    // Tracked, so shutdown waits for the batch to commit or roll back.
-                    let _ = tasks.spawn(async move { serve(&db, batch).await }).await;
+                    // Tracked, so shutdown waits for the batch to commit or roll
+                    // back; run in the writer's own task, so a lone call crosses no
+                    // more tasks than without group commit. A panic is caught, so
+                    // the writer goes on (its members are answered as dropped).
+                    let served = db.inner.tasks.track_future(serve(&db, batch));
+                    if AssertUnwindSafe(served).catch_unwind().await.is_err() {
+                        tracing::error!("a batch panicked; its calls were dropped");
+                    }
                 }
             });
         }
