@@ -214,9 +214,10 @@ impl Persistence {
         &self.inner.keyed
     }
 
-    /// Runs a keyed command exactly once (SPEC 3.2). The work runs in its own task,
-    /// so it completes (commits or rolls back) even when the caller goes away and
-    /// this future is dropped; no half-finished transaction returns to the pool.
+    /// Runs a keyed command exactly once (SPEC 3.2). The work runs in a batch
+    /// writer's task (`group`) or in its own, so it completes (commits or rolls
+    /// back) even when the caller goes away and this future is dropped; no
+    /// half-finished transaction returns to the pool.
     pub async fn execute(
         &self,
         call: &Call,
