@@ -155,101 +155,22 @@ pub(crate) fn insert_sql<'k>(
     ))
 }
 
-/// `UPDATE` of the changed accounts' counters, one statement for them all.
-/// `guard`, on a multi-primary node, makes it a no-op for an account unless it
-/// still has the entry count it was locked with, and for all unless the
-/// transaction still holds its claim (`writes`).
-pub(crate) fn update_sql(rows: &[(AccountRow, u64)], guard: Option<&str>) -> Option<String> {
-    let mut sql = match rows {
-        [] => return None,
-        [(row, _)] => format!(
-            "UPDATE accounts SET balance = {balance}, held = {held}, entry_count = {count} \
-             WHERE account_id = {id}",
-            balance = row.account.balance,
-            held = row.held_total,
-            count = row.entry_count,
-            id = row.account.id,
-        ),
-        many => {
-            // Every CASE is chosen by account_id, which no assignment changes, so
-            // the order MySQL applies them in does not matter.
-            let case = |value: &dyn Fn(&AccountRow) -> String| {
-                let mut case = String::from("CASE account_id");
-                for (row, _) in many {
-                    let _ = write!(case, " WHEN {} THEN {}", row.account.id, value(row));
-                }
-                case + " END"
-            };
-            let ids: Vec<String> = many
-                .iter()
-                .map(|(row, _)| row.account.id.to_string())
-                .collect();
-            format!(
-                "UPDATE accounts SET balance = {}, held = {}, entry_count = {} \
-                 WHERE account_id IN ({})",
-                case(&|row| row.account.balance.to_string()),
-                case(&|row| row.held_total.to_string()),
-                case(&|row| row.entry_count.to_string()),
-                ids.join(", "),
-            )
-        }
-    };
+/// `UPDATE` of a changed account's counters, by its primary key (a statement for
+/// several accounts may be run as a scan, locking accounts of other
+/// transactions). `guard`, on a multi-primary node, makes it a no-op unless the
+/// account still has the entry count it was locked with and the transaction
+/// still holds its claim (`writes`).
+pub(crate) fn update_sql(row: &AccountRow, count_before: u64, guard: Option<&str>) -> String {
+    let mut sql = format!(
+        "UPDATE accounts SET balance = {balance}, held = {held}, entry_count = {count} \
+         WHERE account_id = {id}",
+        balance = row.account.balance,
+        held = row.held_total,
+        count = row.entry_count,
+        id = row.account.id,
+    );
     if let Some(guard) = guard {
-        let _ = match rows {
-            [(_, before)] => write!(sql, " AND entry_count = {before}"),
-            many => {
-                let mut before = String::from("CASE account_id");
-                for (row, count) in many {
-                    let _ = write!(before, " WHEN {} THEN {count}", row.account.id);
-                }
-                write!(sql, " AND entry_count = {before} END")
-            }
-        };
-        let _ = write!(sql, " AND {guard}");
+        let _ = write!(sql, " AND entry_count = {count_before} AND {guard}");
     }
-    Some(sql)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(id: u64, balance: i64, held: i64, entry_count: u64) -> (AccountRow, u64) {
-        let account = Account {
-            id: AccountId::parse("account_id", id).unwrap(),
-            currency: Currency::parse("currency", "USD").unwrap(),
-            balance,
-            held,
-            created_at: chrono::DateTime::UNIX_EPOCH,
-        };
-        let row = AccountRow {
-            account,
-            entry_count,
-            held_total: held,
-        };
-        (row, entry_count - 1)
-    }
-
-    #[test]
-    fn one_statement_updates_every_changed_account() {
-        assert_eq!(update_sql(&[], None), None);
-        assert_eq!(
-            update_sql(&[row(7, 10, 0, 3)], Some("G")).unwrap(),
-            "UPDATE accounts SET balance = 10, held = 0, entry_count = 3 \
-             WHERE account_id = 7 AND entry_count = 2 AND G"
-        );
-        let rows = [row(7, 10, 0, 3), row(9, -4, 5, 8)];
-        let plain = "UPDATE accounts SET \
-             balance = CASE account_id WHEN 7 THEN 10 WHEN 9 THEN -4 END, \
-             held = CASE account_id WHEN 7 THEN 0 WHEN 9 THEN 5 END, \
-             entry_count = CASE account_id WHEN 7 THEN 3 WHEN 9 THEN 8 END \
-             WHERE account_id IN (7, 9)";
-        assert_eq!(update_sql(&rows, None).unwrap(), plain);
-        assert_eq!(
-            update_sql(&rows, Some("G")).unwrap(),
-            format!(
-                "{plain} AND entry_count = CASE account_id WHEN 7 THEN 2 WHEN 9 THEN 7 END AND G"
-            )
-        );
-    }
+    sql
 }

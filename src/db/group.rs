@@ -15,8 +15,8 @@
 //!     no outcome -> this batch inserted it: new;  an outcome -> a duplicate: replay
 //! lock what the new calls need (accounts ascending, holds, entries), once
 //! decide each new call in arrival order against the running rows (`Book`)
-//! the entries, the accounts (one UPDATE), every key's outcome (one UPDATE); COMMIT
-//!                                                                 (one round trip)
+//! the entries; each account's and each key's UPDATE, by primary key; COMMIT
+//!                                                        (one round trip)
 //! ```
 //!
 //! Anything out of the ordinary splits the batch: its calls rerun one by one on

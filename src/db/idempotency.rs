@@ -1,8 +1,6 @@
 //! The `idempotency_keys` table: the probe that claims a key, the locking reads of
 //! an existing key, and the SQL that stores an outcome.
 
-use std::fmt::Write as _;
-
 use chrono::NaiveDateTime;
 use diesel::QueryableByName;
 use diesel::mysql::Mysql;
@@ -171,33 +169,6 @@ pub(crate) fn row_condition(key: &ScopedKey) -> String {
 /// its row exists and has no outcome yet.
 pub(crate) fn claimed_condition(key: &ScopedKey) -> String {
     format!("{} AND outcome IS NULL", row_condition(key))
-}
-
-/// One `UPDATE` storing several new keys' outcomes (a group-commit batch): each
-/// row gets its own, chosen by its key; on a multi-primary node only while the
-/// rows are still claimed.
-pub(crate) fn outcomes_sql(keys: &[(&ScopedKey, &StoredOutcome)], guarded: bool) -> String {
-    let mut codes = String::new();
-    let mut bodies = String::new();
-    let mut rows = Vec::with_capacity(keys.len());
-    for (key, outcome) in keys {
-        let (namespace, name) = (
-            hex(key.namespace.as_str().as_bytes()),
-            hex(key.key.as_str().as_bytes()),
-        );
-        let when = format!("WHEN namespace = {namespace} AND idempotency_key = {name}");
-        let _ = write!(codes, " {when} THEN {}", outcome.code);
-        let _ = write!(bodies, " {when} THEN {}", hex(&outcome.body));
-        rows.push(format!("({namespace}, {name})"));
-    }
-    format!(
-        "UPDATE idempotency_keys SET \
-         outcome_code = CASE{codes} END, \
-         outcome = CASE{bodies} END \
-         WHERE (namespace, idempotency_key) IN ({}){}",
-        rows.join(", "),
-        if guarded { " AND outcome IS NULL" } else { "" }
-    )
 }
 
 /// `UPDATE` of a new key's row with its outcome; on a multi-primary node only

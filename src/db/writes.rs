@@ -70,7 +70,9 @@ pub(crate) fn commit_batch(
     let mut statements: Vec<String> = Vec::new();
 
     statements.extend(accounts::insert_sql(&changes.new_accounts, key_of, guard)?);
-    statements.extend(accounts::update_sql(&changes.accounts, guard));
+    for (row, count_before) in &changes.accounts {
+        statements.push(accounts::update_sql(row, *count_before, guard));
+    }
     let entry_rows = entries::values(&changes.new_entries, key_of)?;
     statements.extend(entries::insert_sql(&entry_rows, guard));
     for row in &changes.refunded_entries {
@@ -83,13 +85,11 @@ pub(crate) fn commit_batch(
             .ok_or_else(|| Error::internal("a hold resolved by an unknown call"))?;
         statements.push(holds::resolved_sql(&resolved.hold, key, changes.now, guard));
     }
-    match keys {
-        [] => {}
-        [k] => statements.push(idempotency::outcome_sql(k.key, k.outcome, guard.is_some())),
-        many => {
-            let outcomes: Vec<_> = many.iter().map(|k| (k.key, k.outcome)).collect();
-            statements.push(idempotency::outcomes_sql(&outcomes, guard.is_some()));
-        }
+    // One UPDATE per key, each by its primary key, so it locks only its own row:
+    // a single UPDATE with an IN list may be run as a scan of the index, locking
+    // other transactions' key rows, and deadlocked with them.
+    for k in keys {
+        statements.push(idempotency::outcome_sql(k.key, k.outcome, guard.is_some()));
     }
     statements.push("COMMIT".to_owned());
     if batch == Batch::Guarded && !keys.is_empty() {
@@ -176,52 +176,6 @@ mod tests {
              COMMIT; CALL ledger_require_committed((SELECT COUNT(*) = 1 FROM idempotency_keys \
              WHERE (namespace, idempotency_key, outcome_code, outcome) IN \
              ((x'', x'6b31', 9, x'ab')))); COMMIT"
-        );
-    }
-
-    #[test]
-    fn a_batch_stores_its_outcomes_in_one_statement() {
-        let (first, second) = (
-            key(),
-            ScopedKey {
-                namespace: crate::ledger::Namespace::anonymous(),
-                key: crate::ledger::IdempotencyKey::parse("k", "k2".into()).unwrap(),
-            },
-        );
-        let (a, b) = (
-            StoredOutcome {
-                code: 0,
-                body: vec![0x01],
-            },
-            StoredOutcome {
-                code: 9,
-                body: vec![0x02],
-            },
-        );
-        let keys = [
-            KeyOutcome {
-                key: &first,
-                outcome: &a,
-            },
-            KeyOutcome {
-                key: &second,
-                outcome: &b,
-            },
-        ];
-        let update = "UPDATE idempotency_keys SET \
-             outcome_code = CASE WHEN namespace = x'' AND idempotency_key = x'6b31' THEN 0 \
-             WHEN namespace = x'' AND idempotency_key = x'6b32' THEN 9 END, \
-             outcome = CASE WHEN namespace = x'' AND idempotency_key = x'6b31' THEN x'01' \
-             WHEN namespace = x'' AND idempotency_key = x'6b32' THEN x'02' END \
-             WHERE (namespace, idempotency_key) IN ((x'', x'6b31'), (x'', x'6b32'))";
-        assert_eq!(
-            commit_batch(&Changes::default(), &keys, Batch::Plain).unwrap(),
-            format!("{update}; COMMIT")
-        );
-        let guarded = commit_batch(&Changes::default(), &keys, Batch::Guarded).unwrap();
-        assert!(
-            guarded.starts_with(&format!("{update} AND outcome IS NULL; COMMIT; CALL")),
-            "{guarded}"
         );
     }
 

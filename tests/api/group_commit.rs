@@ -58,9 +58,9 @@ async fn a_batch_decides_each_call_against_the_ones_before_it() {
     assert_eq!(reason(&again), "INSUFFICIENT_FUNDS");
 }
 
-/// Transfers around three accounts in one batch: one statement updates every
-/// account the batch changed, plain on a single server and guarded as on a
-/// multi-primary node, and each account ends with its balance and its entry count.
+/// Transfers around three accounts in one batch, plain on a single server and
+/// guarded as on a multi-primary node: each account ends with its balance and
+/// its entry count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_batch_updates_every_account_it_changed() {
     for multi_primary in [MultiPrimary::Auto, MultiPrimary::On] {
