@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::ledger::{FieldViolation, Method};
+use crate::ledger::FieldViolation;
+use crate::ops::Method;
 
 /// What the service knows of what committed under a failed call's key (SPEC 3.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,9 +9,13 @@
 //!
 //! Layout, one concern per module:
 //!
-//! - [`ledger`]: the domain: validated values, one module per operation
-//!   (`ledger::ops`) deciding against the locked rows of a `Book`, request
-//!   fingerprints, stored outcomes. Knows nothing of tonic or diesel.
+//! - [`ledger`]: the domain: validated values, the nouns, the `Book` of locked
+//!   rows every decision is made against, declines with their reasons, request
+//!   fingerprints, stored outcomes. Knows nothing of tonic, protobuf or diesel.
+//! - [`ops`]: one module per keyed operation, each a whole slice: its request
+//!   parsing, the fields its key is bound to, what it locks, its decision, its
+//!   reply, and the effects it leaves; and the registry, one line per
+//!   operation, that generates the `Method` enum and the wiring.
 //! - [`db`]: all SQL: the pools, migrations, the exactly-once transaction (one
 //!   executor for every operation), the reads.
 //! - [`grpc`]: the tonic service: protobuf in, domain, protobuf out; the one error
@@ -39,6 +43,7 @@ pub mod error;
 pub mod grpc;
 pub mod health;
 pub mod ledger;
+pub mod ops;
 pub mod proto;
 pub mod telemetry;
 pub mod tools;

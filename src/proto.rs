@@ -18,3 +18,6 @@ pub mod ledger {
 }
 
 pub use ledger::v1 as pb;
+
+/// The `ErrorInfo` domain of every status the service returns.
+pub const ERROR_DOMAIN: &str = "ledger.v1";

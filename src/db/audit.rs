@@ -16,7 +16,8 @@ use futures::TryStreamExt as _;
 use strum::IntoEnumIterator as _;
 
 use super::pool::Conn;
-use crate::ledger::{EntryKind, HoldState, Method};
+use crate::ledger::{EntryKind, HoldState};
+use crate::ops::Method;
 
 /// Violating rows reported per check; a broken ledger can have millions.
 pub const MAX_REPORTED: usize = 100;
@@ -62,11 +63,7 @@ fn codes(kinds: impl Iterator<Item = EntryKind>) -> String {
 fn expected_entries(method: &str) -> String {
     let mut sql = format!("CASE {method}");
     for m in Method::iter() {
-        let kinds: Vec<String> = m
-            .entry_kinds()
-            .iter()
-            .map(|k| k.code().to_string())
-            .collect();
+        let kinds: Vec<String> = m.entry_kinds().map(|k| k.code().to_string()).collect();
         let _ = write!(sql, " WHEN {} THEN '{}'", m.code(), kinds.join(","));
     }
     sql.push_str(" END");

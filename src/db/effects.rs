@@ -12,7 +12,8 @@ use super::idempotency;
 use super::sql::{Bind, Sql};
 use super::tx::Tx;
 use crate::error::Error;
-use crate::ledger::{EntryKind, HoldState, Method, ScopedKey};
+use crate::ledger::{Effect, EntryKind, HoldState, ScopedKey};
+use crate::ops::Method;
 
 /// Where a key's effect was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::FromRepr)]
@@ -55,19 +56,17 @@ impl FirstUse {
 
 impl Row {
     fn first_use(self) -> FirstUse {
-        let method = match Source::from_repr(self.source) {
-            Some(Source::Entry) => EntryKind::from_code(self.detail).map(Method::writing),
-            Some(Source::PlacedHold) => Some(Method::PlaceHold),
-            Some(Source::ResolvedHold) => match HoldState::from_code(self.detail) {
-                Some(HoldState::Captured) => Some(Method::CaptureHold),
-                Some(HoldState::Voided) => Some(Method::VoidHold),
-                _ => None,
-            },
-            Some(Source::Account) => Some(Method::OpenAccount),
+        let effect = match Source::from_repr(self.source) {
+            Some(Source::Entry) => EntryKind::from_code(self.detail).map(Effect::Entry),
+            Some(Source::PlacedHold) => Some(Effect::PlacedHold),
+            Some(Source::ResolvedHold) => {
+                HoldState::from_code(self.detail).map(Effect::ResolvedHold)
+            }
+            Some(Source::Account) => Some(Effect::OpenedAccount),
             None => None,
         };
         FirstUse {
-            method,
+            method: effect.and_then(Method::leaving),
             at: self.at.and_utc(),
         }
     }

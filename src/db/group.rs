@@ -45,7 +45,8 @@ use super::writes::{self, KeyOutcome};
 use super::{Persistence, effects, load};
 use crate::call::Call;
 use crate::error::Error;
-use crate::ledger::{Command, Fingerprint, KeyedOutcome, Refusal, ScopedKey, StoredOutcome};
+use crate::ledger::{Fingerprint, KeyedOutcome, Refusal, ScopedKey, StoredOutcome};
+use crate::ops::Command;
 use crate::telemetry::metrics;
 
 /// The most calls one transaction serves.
@@ -70,7 +71,7 @@ impl Member {
         answer: oneshot::Sender<Result<KeyedOutcome, Error>>,
     ) -> Self {
         Self {
-            fingerprint: Fingerprint::of(&command),
+            fingerprint: command.fingerprint(),
             call,
             key,
             command,
@@ -176,7 +177,7 @@ impl Queue {
 /// or hold (whose account is found only under lock), else its key.
 fn route(member: &Member, writers: usize) -> usize {
     use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
-    let needs = member.command.operation().needs();
+    let needs = member.command.needs();
     let hasher = BuildHasherDefault::<DefaultHasher>::default();
     let hash = if let Some(account) = needs.accounts.iter().min() {
         hasher.hash_one(("account", account.get()))
@@ -347,11 +348,7 @@ async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<Keyed
     let route = db
         .inner
         .keyed
-        .route(
-            &first.command.operation().needs(),
-            &first.key,
-            &db.inner.reads,
-        )
+        .route(&first.command.needs(), &first.key, &db.inner.reads)
         .await;
     let node = db.inner.keyed.choose(&route);
     let pool = node.pool();
@@ -531,10 +528,7 @@ async fn decide(
         .filter(|(_, f)| matches!(f, Found::New))
         .map(|(m, _)| m)
         .collect();
-    let needs: Vec<_> = fresh
-        .iter()
-        .map(|m| m.command.operation().needs())
-        .collect();
+    let needs: Vec<_> = fresh.iter().map(|m| m.command.needs()).collect();
     let mut book = if fresh.is_empty() {
         None
     } else {
@@ -544,12 +538,11 @@ async fn decide(
     let mut decided = Vec::with_capacity(fresh.len());
     if let Some(book) = book.as_mut() {
         for member in &fresh {
-            let operation = member.command.operation();
             book.start_call(member.key.key.clone());
-            let result = operation.decide(book);
+            let result = member.command.decide(book);
             book.finish_call(result.is_ok());
             let outcome = match result {
-                Ok(reply) => encoder.reply(&reply),
+                Ok(reply) => StoredOutcome::reply(reply),
                 Err(Refusal::Declined(decline)) => {
                     // A decline writes no effect: a purged key's effect must be looked for.
                     if effects::purged_use(tx, &member.key).await?.is_some() {

@@ -12,7 +12,8 @@ use super::failure::{Failure, Step};
 use super::sql::{Bind, Sql, hex};
 use super::tx::Tx;
 use crate::error::Error;
-use crate::ledger::{Fingerprint, Method, ScopedKey, StoredOutcome};
+use crate::ledger::{Fingerprint, ScopedKey, StoredOutcome};
+use crate::ops::Method;
 
 /// What the probe found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,7 +34,8 @@ use super::writes::{self, KeyOutcome};
 use super::{Persistence, effects, load};
 use crate::call::{Call, whole_secs};
 use crate::error::Error;
-use crate::ledger::{Command, Fingerprint, KeyedOutcome, Refusal, ScopedKey};
+use crate::ledger::{Fingerprint, KeyedOutcome, Refusal, ScopedKey, StoredOutcome};
+use crate::ops::Command;
 use crate::telemetry::metrics;
 
 /// The first retry waits up to this long; each further one up to twice as long.
@@ -50,11 +51,11 @@ pub(super) async fn run(
     key: &ScopedKey,
     command: &Command,
 ) -> Result<KeyedOutcome, Error> {
-    let fingerprint = Fingerprint::of(command);
+    let fingerprint = command.fingerprint();
     let route = db
         .inner
         .keyed
-        .route(&command.operation().needs(), key, &db.inner.reads)
+        .route(&command.needs(), key, &db.inner.reads)
         .await;
     let max_attempts = db.inner.limits.max_attempts.max(1);
     let mut attempt = 1;
@@ -287,12 +288,11 @@ async fn decide(
     mode: Mode,
     key: &ScopedKey,
     command: &Command,
-) -> Result<(crate::ledger::StoredOutcome, String), Failure> {
-    let operation = command.operation();
-    let needs = [operation.needs()];
+) -> Result<(StoredOutcome, String), Failure> {
+    let needs = [command.needs()];
     let mut book = load::book(tx, &needs, &db.inner.ids, &db.inner.reads).await?;
     book.start_call(key.key.clone());
-    let decided = operation.decide(&mut book);
+    let decided = command.decide(&mut book);
     book.finish_call(decided.is_ok());
     if (mode.prove_unused || matches!(decided, Err(Refusal::Declined(_))))
         && let Some(first) = effects::purged_use(tx, key).await?
@@ -302,7 +302,7 @@ async fn decide(
     }
     let encoder = &db.inner.encoder;
     let outcome = match decided {
-        Ok(reply) => encoder.reply(&reply),
+        Ok(reply) => StoredOutcome::reply(reply),
         Err(Refusal::Declined(decline)) => encoder.declined(&decline),
         Err(Refusal::Internal(detail)) => return Err(Error::internal(detail).into()),
     };

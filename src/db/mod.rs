@@ -51,7 +51,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::call::Call;
 use crate::error::Error;
-use crate::ledger::{Command, KeyedOutcome, Method, OutcomeEncoder, ScopedKey};
+use crate::ledger::{DeclineEncoder, KeyedOutcome, ScopedKey};
+use crate::ops::{Command, Method};
 pub use idempotency::KeyRow;
 pub use pool::{MultiPrimary, Pool, PoolSettings, Role, Session};
 pub use reads::Page;
@@ -135,7 +136,7 @@ struct Inner {
     tasks: TaskTracker,
     limits: Limits,
     /// Encodes outcomes for the key rows; provided by the wire layer.
-    encoder: Arc<dyn OutcomeEncoder>,
+    encoder: Arc<dyn DeclineEncoder>,
     before_commit: Option<BeforeCommit>,
     /// Where keyed calls wait for a batch, with group commit on.
     group: Option<group::Queue>,
@@ -164,7 +165,7 @@ impl Persistence {
     pub fn new(
         pools: Pools,
         limits: Limits,
-        encoder: Arc<dyn OutcomeEncoder>,
+        encoder: Arc<dyn DeclineEncoder>,
         before_commit: Option<BeforeCommit>,
     ) -> Self {
         let (group, writers) = if limits.batch_writers > 0 {

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::pool::{self, Conn};
 use super::sql::datetime;
-use crate::ledger::Method;
+use crate::ops::Method;
 use crate::telemetry::metrics;
 
 /// The most key rows one DELETE removes.
@@ -162,9 +162,8 @@ impl Purger {
         let before = datetime(cutoff.and_utc());
         // Kept: the only record of the keys of effects from before effects had keys.
         let keep = format!(
-            "method IN ({open}, {void}) AND outcome_code = 0 AND created_at < {effect_keys}",
-            open = Method::OpenAccount.code(),
-            void = Method::VoidHold.code(),
+            "method IN ({methods}) AND outcome_code = 0 AND created_at < {effect_keys}",
+            methods = keyed_since_effect_keys(),
             effect_keys = datetime(effect_keys.and_utc()),
         );
         let mut purged = Purged {
@@ -260,4 +259,37 @@ async fn report_oldest(conn: &mut Conn) -> anyhow::Result<()> {
     #[expect(clippy::cast_precision_loss, reason = "a gauge of seconds")]
     metrics::oldest_key_age(micros.max(0) as f64 / 1e6);
     Ok(())
+}
+
+/// The codes of the methods none of whose effects carried a key before the
+/// `effect-keys` migration (an opened account, a resolved hold): for their calls
+/// before it, the key row is the only record of the key.
+fn keyed_since_effect_keys() -> String {
+    use strum::IntoEnumIterator as _;
+    let codes: Vec<String> = Method::iter()
+        .filter(|m| !m.effects().iter().any(|e| e.always_keyed()))
+        .map(|m| m.code().to_string())
+        .collect();
+    if codes.is_empty() {
+        "NULL".to_owned()
+    } else {
+        codes.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_keys_kept_are_those_of_opened_accounts_and_voided_holds() {
+        use crate::ops::Method;
+        let kept = super::keyed_since_effect_keys();
+        assert_eq!(
+            kept,
+            format!(
+                "{}, {}",
+                Method::OpenAccount.code(),
+                Method::VoidHold.code()
+            )
+        );
+    }
 }

@@ -1,17 +1,17 @@
 //! The tonic service: decode a request into domain values, run it, encode the
 //! answer.
 //!
-//! - `service`: the `ledger.v1.Ledger` implementation, one line per RPC.
-//! - `request`: protobuf request -> validated domain operation, one function per RPC.
-//! - `outcome`: domain outcome <-> the bytes stored under a key and replayed.
+//! - `service`: the `ledger.v1.Ledger` implementation: the keyed RPCs generated
+//!   from the operations' registry (`ops`), the reads one line each.
+//! - `request`: the read RPCs' requests -> validated domain values.
+//! - `outcome`: the bytes stored under a key -> the answer, and the encoding of
+//!   declines.
 //! - `status`: the one mapping from [`crate::error::Error`] to `tonic::Status`.
 //! - `pages`: ListEntries' page tokens.
-//! - `audit`: `ledger audit`'s judgement of stored outcomes.
 //! - `codec`: prost's codec, with malformed requests as INVALID_ARGUMENT.
 //! - `deadline`: the caller's deadline from the `grpc-timeout` header.
 //! - `limits`: RESOURCE_EXHAUSTED for oversized requests.
 
-pub mod audit;
 pub mod codec;
 mod deadline;
 mod limits;

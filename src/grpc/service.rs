@@ -1,5 +1,6 @@
-//! The `ledger.v1.Ledger` service: every RPC is one line, naming its method, its
-//! request parser (`request`) and, for reads, how the answer is made.
+//! The `ledger.v1.Ledger` service. The keyed RPCs are generated from the
+//! operations' registry (`ops::operations!`), one generic handler for all; each
+//! read is one line naming how its answer is made.
 
 use std::sync::Arc;
 
@@ -10,15 +11,18 @@ use tonic::{Code, Request, Response, Status};
 use tracing::Instrument as _;
 
 use super::deadline;
-use super::outcome::{self, account_message, entry_message, hold_message, timestamp};
+use super::outcome;
 use super::pages::PageTokens;
-use super::request::{self, Keyed};
+use super::request;
 use super::status::report;
 use crate::auth::Client;
 use crate::call::{Abandoned, Call};
 use crate::db::Persistence;
 use crate::error::Error;
-use crate::ledger::{IdempotencyKey, Method, ScopedKey};
+use crate::ledger::{IdempotencyKey, ScopedKey};
+use crate::ops::{
+    self, Method, Operation, account_message, entry_message, hold_message, timestamp,
+};
 use crate::proto::pb;
 use crate::proto::pb::ledger_server::Ledger;
 use crate::telemetry::metrics;
@@ -78,25 +82,25 @@ impl LedgerService {
         })
     }
 
-    /// Parses, runs and renders one keyed call.
-    async fn keyed<Req, M: Message + Default>(
+    /// Parses, runs and renders one keyed call of operation `O`.
+    async fn keyed<O: Operation>(
         &self,
-        method: Method,
-        request: Request<Req>,
-        parse: fn(Req) -> Result<Keyed, Error>,
-    ) -> Result<Response<M>, Status> {
-        let name = method.name();
+        request: Request<O::Request>,
+    ) -> Result<Response<O::Reply>, Status> {
+        let name = O::METHOD.name();
         let span = rpc_span(name);
         let work = async {
             let started = Instant::now();
             let answer = async {
                 let serving = self.admit(name, &request)?;
-                let (key, command) = parse(request.into_inner())?;
+                let (key, operation) =
+                    O::parse(request.into_inner()).map_err(Error::InvalidRequest)?;
                 tracing::Span::current().record("key", key.redacted());
                 let key = ScopedKey {
                     namespace: serving.client.namespace.clone(),
                     key,
                 };
+                let command: ops::Command = Box::new(operation);
                 answer(&serving.call, self.db.execute(&serving.call, key, command)).await
             }
             .await;
@@ -147,6 +151,30 @@ impl LedgerService {
         work.instrument(span).await
     }
 
+    async fn get_account(
+        &self,
+        request: pb::GetAccountRequest,
+        call: Call,
+    ) -> Result<pb::Account, Error> {
+        let id = request::account_id(request)?;
+        Ok(account_message(&self.db.get_account(&call, id).await?))
+    }
+
+    async fn get_entry(
+        &self,
+        request: pb::GetEntryRequest,
+        call: Call,
+    ) -> Result<pb::Entry, Error> {
+        let id = request::entry_id(request)?;
+        Ok(entry_message(&self.db.get_entry(&call, id).await?))
+    }
+
+    async fn get_hold(&self, request: pb::GetHoldRequest, call: Call) -> Result<pb::Hold, Error> {
+        let id = request::hold_id(request)?;
+        let (hold, now) = self.db.get_hold(&call, id).await?;
+        Ok(hold_message(&hold, hold.state_at(now)))
+    }
+
     async fn list_entries(
         &self,
         request: pb::ListEntriesRequest,
@@ -169,8 +197,10 @@ impl LedgerService {
         &self,
         request: pb::LookupKeyRequest,
         call: Call,
-        client: Client,
+        client: Option<Client>,
     ) -> Result<pb::KeyRecord, Error> {
+        let client =
+            client.ok_or_else(|| Error::internal("no client: the authenticator did not run"))?;
         let key: IdempotencyKey = request::lookup_key(request)?;
         let scoped = ScopedKey {
             namespace: client.namespace,
@@ -256,121 +286,58 @@ async fn answer<T>(call: &Call, work: impl Future<Output = Result<T, Error>>) ->
     }
 }
 
-#[tonic::async_trait]
-impl Ledger for LedgerService {
-    async fn open_account(
-        &self,
-        request: Request<pb::OpenAccountRequest>,
-    ) -> Result<Response<pb::OpenAccountReply>, Status> {
-        self.keyed(Method::OpenAccount, request, request::open_account)
-            .await
-    }
+/// The `Ledger` trait: a handler per keyed operation from the registry, then the
+/// reads.
+macro_rules! ledger_service {
+    ($($code:literal => $op:ident $rpc:ident,)*) => {
+        #[tonic::async_trait]
+        impl Ledger for LedgerService {
+            $(
+                async fn $rpc(
+                    &self,
+                    request: Request<<ops::$op as Operation>::Request>,
+                ) -> Result<Response<<ops::$op as Operation>::Reply>, Status> {
+                    self.keyed::<ops::$op>(request).await
+                }
+            )*
 
-    async fn credit(
-        &self,
-        request: Request<pb::CreditRequest>,
-    ) -> Result<Response<pb::CreditReply>, Status> {
-        self.keyed(Method::Credit, request, request::credit).await
-    }
+            async fn get_account(
+                &self,
+                request: Request<pb::GetAccountRequest>,
+            ) -> Result<Response<pb::Account>, Status> {
+                self.read("GetAccount", request, |r, call| self.get_account(r, call)).await
+            }
 
-    async fn charge(
-        &self,
-        request: Request<pb::ChargeRequest>,
-    ) -> Result<Response<pb::ChargeReply>, Status> {
-        self.keyed(Method::Charge, request, request::charge).await
-    }
+            async fn get_entry(
+                &self,
+                request: Request<pb::GetEntryRequest>,
+            ) -> Result<Response<pb::Entry>, Status> {
+                self.read("GetEntry", request, |r, call| self.get_entry(r, call)).await
+            }
 
-    async fn transfer(
-        &self,
-        request: Request<pb::TransferRequest>,
-    ) -> Result<Response<pb::TransferReply>, Status> {
-        self.keyed(Method::Transfer, request, request::transfer)
-            .await
-    }
+            async fn list_entries(
+                &self,
+                request: Request<pb::ListEntriesRequest>,
+            ) -> Result<Response<pb::ListEntriesReply>, Status> {
+                self.read("ListEntries", request, |r, call| self.list_entries(r, call)).await
+            }
 
-    async fn refund(
-        &self,
-        request: Request<pb::RefundRequest>,
-    ) -> Result<Response<pb::RefundReply>, Status> {
-        self.keyed(Method::Refund, request, request::refund).await
-    }
+            async fn get_hold(
+                &self,
+                request: Request<pb::GetHoldRequest>,
+            ) -> Result<Response<pb::Hold>, Status> {
+                self.read("GetHold", request, |r, call| self.get_hold(r, call)).await
+            }
 
-    async fn place_hold(
-        &self,
-        request: Request<pb::PlaceHoldRequest>,
-    ) -> Result<Response<pb::PlaceHoldReply>, Status> {
-        self.keyed(Method::PlaceHold, request, request::place_hold)
-            .await
-    }
-
-    async fn capture_hold(
-        &self,
-        request: Request<pb::CaptureHoldRequest>,
-    ) -> Result<Response<pb::CaptureHoldReply>, Status> {
-        self.keyed(Method::CaptureHold, request, request::capture_hold)
-            .await
-    }
-
-    async fn void_hold(
-        &self,
-        request: Request<pb::VoidHoldRequest>,
-    ) -> Result<Response<pb::VoidHoldReply>, Status> {
-        self.keyed(Method::VoidHold, request, request::void_hold)
-            .await
-    }
-
-    async fn get_account(
-        &self,
-        request: Request<pb::GetAccountRequest>,
-    ) -> Result<Response<pb::Account>, Status> {
-        self.read("GetAccount", request, |r, call| async move {
-            let id = request::account_id(r)?;
-            Ok(account_message(&self.db.get_account(&call, id).await?))
-        })
-        .await
-    }
-
-    async fn get_entry(
-        &self,
-        request: Request<pb::GetEntryRequest>,
-    ) -> Result<Response<pb::Entry>, Status> {
-        self.read("GetEntry", request, |r, call| async move {
-            let id = request::entry_id(r)?;
-            Ok(entry_message(&self.db.get_entry(&call, id).await?))
-        })
-        .await
-    }
-
-    async fn list_entries(
-        &self,
-        request: Request<pb::ListEntriesRequest>,
-    ) -> Result<Response<pb::ListEntriesReply>, Status> {
-        self.read("ListEntries", request, |r, call| self.list_entries(r, call))
-            .await
-    }
-
-    async fn get_hold(
-        &self,
-        request: Request<pb::GetHoldRequest>,
-    ) -> Result<Response<pb::Hold>, Status> {
-        self.read("GetHold", request, |r, call| async move {
-            let id = request::hold_id(r)?;
-            let (hold, now) = self.db.get_hold(&call, id).await?;
-            Ok(hold_message(&hold, hold.state_at(now)))
-        })
-        .await
-    }
-
-    async fn lookup_key(
-        &self,
-        request: Request<pb::LookupKeyRequest>,
-    ) -> Result<Response<pb::KeyRecord>, Status> {
-        let client = request.extensions().get::<Client>().cloned();
-        self.read("LookupKey", request, |r, call| async move {
-            let client = client
-                .ok_or_else(|| Error::internal("no client: the authenticator did not run"))?;
-            self.lookup_key(r, call, client).await
-        })
-        .await
-    }
+            async fn lookup_key(
+                &self,
+                request: Request<pb::LookupKeyRequest>,
+            ) -> Result<Response<pb::KeyRecord>, Status> {
+                let client = request.extensions().get::<Client>().cloned();
+                self.read("LookupKey", request, |r, call| self.lookup_key(r, call, client)).await
+            }
+        }
+    };
 }
+
+ops::operations!(ledger_service);

@@ -58,6 +58,19 @@ pub struct NewIds {
     pub holds: VecDeque<HoldId>,
 }
 
+/// What an operation reads and creates.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Needs {
+    /// Accounts named by the request.
+    pub accounts: Vec<AccountId>,
+    /// Entries named by the request; their accounts are locked too.
+    pub entries: Vec<EntryId>,
+    /// Holds named by the request; their accounts are locked too.
+    pub holds: Vec<HoldId>,
+    /// The rows it may create, whose ids are reserved before it decides.
+    pub creates: RowCounts,
+}
+
 /// How many rows of each kind a call may create.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RowCounts {

@@ -1,64 +1,35 @@
-//! The ledger's nouns: the keyed methods, accounts, journal entries and holds.
+//! The ledger's nouns: accounts, journal entries, holds, and the effects calls
+//! leave.
 //!
-//! Every code that is stored (a method, an entry kind, a hold state) is the
-//! discriminant of its enum here, and reaches SQL only through these enums.
+//! Every code that is stored (an entry kind, a hold state; a method is
+//! `ops::Method`) is the discriminant of its enum, and reaches SQL only through
+//! these enums.
 
 use chrono::{DateTime, Utc};
 
 use super::values::{AccountId, Amount, Currency, Description, EntryId, HoldId, IdempotencyKey};
 
-/// The keyed RPCs. The discriminant is stored with each key row, so a key used for
-/// one method can never replay as another.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::FromRepr, strum::EnumIter, strum::IntoStaticStr,
-)]
-#[repr(u8)]
-pub enum Method {
-    OpenAccount = 1,
-    Credit = 2,
-    Charge = 3,
-    Transfer = 4,
-    Refund = 5,
-    PlaceHold = 6,
-    CaptureHold = 7,
-    VoidHold = 8,
+/// Something a successful call leaves behind, carrying the call's key under a
+/// unique index (SPEC 3.5): how a key whose row retention purged is still known
+/// to have taken effect. Operations declare theirs (`ops::Operation::EFFECTS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// A journal entry of this kind.
+    Entry(EntryKind),
+    /// A hold it placed.
+    PlacedHold,
+    /// A hold it resolved, into this state.
+    ResolvedHold(HoldState),
+    /// An account it opened.
+    OpenedAccount,
 }
 
-impl Method {
-    /// The RPC's name in the `ledger.v1.Ledger` service.
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-
-    pub fn code(self) -> u8 {
-        self as u8
-    }
-
-    pub fn from_code(code: u8) -> Option<Self> {
-        Self::from_repr(code)
-    }
-
-    /// The method whose calls write entries of `kind`.
-    pub fn writing(kind: EntryKind) -> Self {
-        match kind {
-            EntryKind::Charge => Self::Charge,
-            EntryKind::Credit => Self::Credit,
-            EntryKind::TransferOut | EntryKind::TransferIn => Self::Transfer,
-            EntryKind::Refund => Self::Refund,
-            EntryKind::Capture => Self::CaptureHold,
-        }
-    }
-
-    /// The entries a successful call writes to the journal, in leg order.
-    pub fn entry_kinds(self) -> &'static [EntryKind] {
-        match self {
-            Self::OpenAccount | Self::PlaceHold | Self::VoidHold => &[],
-            Self::Credit => &[EntryKind::Credit],
-            Self::Charge => &[EntryKind::Charge],
-            Self::Transfer => &[EntryKind::TransferOut, EntryKind::TransferIn],
-            Self::Refund => &[EntryKind::Refund],
-            Self::CaptureHold => &[EntryKind::Capture],
-        }
+impl Effect {
+    /// Whether this effect carried its key from the ledger's first schema on. The
+    /// others gained theirs with the `effect-keys` migration, and the key rows of
+    /// calls whose effects were all made before it are their only record.
+    pub fn always_keyed(self) -> bool {
+        matches!(self, Self::Entry(_) | Self::PlacedHold)
     }
 }
 
@@ -215,20 +186,12 @@ mod tests {
 
     #[test]
     fn stored_codes_round_trip() {
-        for m in Method::iter() {
-            assert_eq!(Method::from_code(m.code()), Some(m));
-        }
         for k in EntryKind::iter() {
             assert_eq!(EntryKind::from_code(k.code()), Some(k));
         }
         for s in HoldState::iter() {
             assert_eq!(HoldState::from_code(s.code()), Some(s));
         }
-        assert_eq!(Method::from_code(0), None);
-        for k in EntryKind::iter() {
-            assert!(Method::writing(k).entry_kinds().contains(&k), "{k:?}");
-        }
-        assert_eq!(Method::CaptureHold.name(), "CaptureHold");
         assert_eq!(HoldState::Captured.name(), "HOLD_STATE_CAPTURED");
     }
 

@@ -2,20 +2,6 @@
 //! once and replayed byte for byte.
 
 use super::decline::Decline;
-use super::model::{Account, Entry, Hold};
-
-/// A successful operation's answer, before it is encoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
-    OpenAccount(Account),
-    Credit(Entry),
-    Charge(Entry),
-    Transfer { debit: Entry, credit: Entry },
-    Refund(Entry),
-    PlaceHold(Hold),
-    CaptureHold { hold: Hold, entry: Entry },
-    VoidHold(Hold),
-}
 
 /// An encoded final outcome as stored in the key's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,10 +19,17 @@ pub struct KeyedOutcome {
     pub replayed: bool,
 }
 
-/// Encodes outcomes for storage. The wire layer provides it, so storage never
-/// depends on the wire format, and the original answer and every replay are
-/// rendered from the same stored bytes.
-pub trait OutcomeEncoder: Send + Sync + std::fmt::Debug {
-    fn reply(&self, reply: &Reply) -> StoredOutcome;
+impl StoredOutcome {
+    /// A success: its encoded reply message.
+    pub fn reply(body: Vec<u8>) -> Self {
+        Self { code: 0, body }
+    }
+}
+
+/// Encodes declines for storage as the wire's `google.rpc.Status`. The wire layer
+/// provides it, so storage never depends on the wire format, and the original
+/// answer and every replay are rendered from the same stored bytes. (A success is
+/// encoded by its operation, `ops`.)
+pub trait DeclineEncoder: Send + Sync + std::fmt::Debug {
     fn declined(&self, decline: &Decline) -> StoredOutcome;
 }

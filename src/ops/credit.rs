@@ -1,18 +1,32 @@
 //! Credit: adds money to an account in its currency.
 
-use super::{AccountAmount, Needs, Operation};
+use super::{AccountAmount, Named, Operation, entry_message};
 use crate::ledger::book::{Book, Posting, RowCounts};
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
-use crate::ledger::model::{EntryKind, Method};
-use crate::ledger::outcome::Reply;
+use crate::ledger::model::{Effect, Entry, EntryKind};
+use crate::ledger::{FieldViolation, IdempotencyKey, Needs};
+use crate::proto::pb;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Credit(pub AccountAmount);
 
 impl Operation for Credit {
-    fn method(&self) -> Method {
-        Method::Credit
+    type Request = pb::CreditRequest;
+    type Reply = pb::CreditReply;
+    type Output = Entry;
+
+    const EFFECTS: &'static [Effect] = &[Effect::Entry(EntryKind::Credit)];
+
+    fn parse(r: pb::CreditRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
+        let (key, fields) = AccountAmount::parse(
+            r.idempotency_key,
+            r.account_id,
+            r.amount,
+            &r.currency,
+            r.description,
+        )?;
+        Ok((key, Self(fields)))
     }
 
     fn fingerprint(&self, fields: &mut Fields) {
@@ -30,7 +44,7 @@ impl Operation for Credit {
         }
     }
 
-    fn decide(&self, book: &mut Book) -> Result<Reply, Refusal> {
+    fn decide(&self, book: &mut Book) -> Result<Entry, Refusal> {
         let AccountAmount {
             account_id,
             amount,
@@ -39,7 +53,17 @@ impl Operation for Credit {
         } = &self.0;
         book.account_in(*account_id, *currency)?;
         let posting = Posting::new(*account_id, EntryKind::Credit, *amount, description.clone());
-        book.post(posting).map(Reply::Credit)
+        book.post(posting)
+    }
+
+    fn reply(entry: &Entry) -> pb::CreditReply {
+        pb::CreditReply {
+            entry: Some(entry_message(entry)),
+        }
+    }
+
+    fn named(reply: pb::CreditReply) -> Result<Named, String> {
+        Ok(Named::entries([reply.entry]))
     }
 }
 
@@ -47,7 +71,7 @@ impl Operation for Credit {
 mod tests {
     use super::*;
     use crate::ledger::decline::Decline;
-    use crate::ledger::ops::testing::{account, amount, book, description, id, key, usd};
+    use crate::ops::testing::{account, amount, book, description, id, key, usd};
 
     fn credit(n: i64) -> Credit {
         Credit(AccountAmount {
@@ -63,7 +87,7 @@ mod tests {
         let mut book = book(vec![account(1, i64::MAX - 1, 0)], vec![], vec![]);
         book.start_call(key("k1"));
         assert!(
-            matches!(credit(1).decide(&mut book), Ok(Reply::Credit(e)) if e.balance_after == i64::MAX)
+            matches!(credit(1).decide(&mut book), Ok(e) if e.balance_after == i64::MAX)
         );
         book.finish_call(true);
         book.start_call(key("k2"));

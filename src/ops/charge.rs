@@ -1,19 +1,33 @@
 //! Charge: takes money from an account, never more than it has available (its
 //! balance less its active holds).
 
-use super::{AccountAmount, Needs, Operation};
+use super::{AccountAmount, Named, Operation, entry_message};
 use crate::ledger::book::{Book, Posting, RowCounts};
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
-use crate::ledger::model::{EntryKind, Method};
-use crate::ledger::outcome::Reply;
+use crate::ledger::model::{Effect, Entry, EntryKind};
+use crate::ledger::{FieldViolation, IdempotencyKey, Needs};
+use crate::proto::pb;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Charge(pub AccountAmount);
 
 impl Operation for Charge {
-    fn method(&self) -> Method {
-        Method::Charge
+    type Request = pb::ChargeRequest;
+    type Reply = pb::ChargeReply;
+    type Output = Entry;
+
+    const EFFECTS: &'static [Effect] = &[Effect::Entry(EntryKind::Charge)];
+
+    fn parse(r: pb::ChargeRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
+        let (key, fields) = AccountAmount::parse(
+            r.idempotency_key,
+            r.account_id,
+            r.amount,
+            &r.currency,
+            r.description,
+        )?;
+        Ok((key, Self(fields)))
     }
 
     fn fingerprint(&self, fields: &mut Fields) {
@@ -31,7 +45,7 @@ impl Operation for Charge {
         }
     }
 
-    fn decide(&self, book: &mut Book) -> Result<Reply, Refusal> {
+    fn decide(&self, book: &mut Book) -> Result<Entry, Refusal> {
         let AccountAmount {
             account_id,
             amount,
@@ -41,7 +55,17 @@ impl Operation for Charge {
         book.account_in(*account_id, *currency)?;
         book.require_available(*account_id, *amount)?;
         let posting = Posting::new(*account_id, EntryKind::Charge, *amount, description.clone());
-        book.post(posting).map(Reply::Charge)
+        book.post(posting)
+    }
+
+    fn reply(entry: &Entry) -> pb::ChargeReply {
+        pb::ChargeReply {
+            entry: Some(entry_message(entry)),
+        }
+    }
+
+    fn named(reply: pb::ChargeReply) -> Result<Named, String> {
+        Ok(Named::entries([reply.entry]))
     }
 }
 
@@ -49,7 +73,7 @@ impl Operation for Charge {
 mod tests {
     use super::*;
     use crate::ledger::decline::Decline;
-    use crate::ledger::ops::testing::{account, amount, book, description, id, key, usd};
+    use crate::ops::testing::{account, amount, book, description, id, key, usd};
     use crate::ledger::values::Currency;
 
     fn charge(n: i64, currency: Currency) -> Charge {
@@ -61,7 +85,7 @@ mod tests {
         })
     }
 
-    fn decide(balance: i64, held: i64, n: i64, currency: Currency) -> Result<Reply, Refusal> {
+    fn decide(balance: i64, held: i64, n: i64, currency: Currency) -> Result<Entry, Refusal> {
         let mut book = book(vec![account(1, balance, held)], vec![], vec![]);
         book.start_call(key("k"));
         charge(n, currency).decide(&mut book)
@@ -69,7 +93,7 @@ mod tests {
 
     #[test]
     fn charges_down_to_exactly_zero_but_not_below() {
-        assert!(matches!(decide(100, 0, 100, usd()), Ok(Reply::Charge(e)) if e.balance_after == 0));
+        assert!(matches!(decide(100, 0, 100, usd()), Ok(e) if e.balance_after == 0));
         assert!(matches!(
             decide(100, 0, 101, usd()),
             Err(Refusal::Declined(Decline::InsufficientFunds {
@@ -111,7 +135,7 @@ mod tests {
         book.finish_call(false);
         book.start_call(key("c"));
         assert!(
-            matches!(charge(40, usd()).decide(&mut book), Ok(Reply::Charge(e)) if e.balance_after == 0)
+            matches!(charge(40, usd()).decide(&mut book), Ok(e) if e.balance_after == 0)
         );
         book.finish_call(true);
         let changes = book.into_changes();
@@ -129,6 +153,31 @@ mod tests {
             changes.unused.entries.len(),
             8,
             "the refused call's id went back"
+        );
+    }
+
+    #[test]
+    fn every_invalid_field_is_reported() {
+        let request = pb::ChargeRequest {
+            idempotency_key: String::new(),
+            account_id: 0,
+            amount: -1,
+            currency: "usd".into(),
+            description: "x".repeat(501),
+        };
+        let Err(violations) = Charge::parse(request) else {
+            panic!("expected violations");
+        };
+        let fields: Vec<_> = violations.iter().map(|v| v.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "idempotency_key",
+                "account_id",
+                "amount",
+                "currency",
+                "description"
+            ]
         );
     }
 }

@@ -2,13 +2,14 @@
 //! debit entry on the source and a credit entry on the destination, committed
 //! together. The sum of all balances does not change.
 
-use super::{Needs, Operation};
+use super::{Named, Operation, Violations, entry_message};
 use crate::ledger::book::{Book, Posting, RowCounts};
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
-use crate::ledger::model::{EntryKind, Method};
-use crate::ledger::outcome::Reply;
+use crate::ledger::model::{Effect, Entry, EntryKind};
 use crate::ledger::values::{AccountId, Amount, Currency, Description};
+use crate::ledger::{FieldViolation, IdempotencyKey, Needs};
+use crate::proto::pb;
 
 /// `from != to`, checked when the request is parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,9 +21,53 @@ pub struct Transfer {
     pub description: Description,
 }
 
+/// A transfer's two entries: the debit, then the credit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    pub debit: Entry,
+    pub credit: Entry,
+}
+
 impl Operation for Transfer {
-    fn method(&self) -> Method {
-        Method::Transfer
+    type Request = pb::TransferRequest;
+    type Reply = pb::TransferReply;
+    type Output = Moved;
+
+    const EFFECTS: &'static [Effect] = &[
+        Effect::Entry(EntryKind::TransferOut),
+        Effect::Entry(EntryKind::TransferIn),
+    ];
+
+    fn parse(r: pb::TransferRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
+        let mut check = Violations::default();
+        let key = check.key(r.idempotency_key);
+        let from = check.field(AccountId::parse("from_account_id", r.from_account_id));
+        let to = check.field(AccountId::parse("to_account_id", r.to_account_id));
+        let amount = check.field(Amount::parse("amount", r.amount));
+        let currency = check.field(Currency::parse("currency", &r.currency));
+        let description = check.field(Description::parse("description", r.description));
+        if from.is_some() && from == to {
+            check.push(FieldViolation::new(
+                "to_account_id",
+                "must differ from from_account_id",
+            ));
+        }
+        let (Some(key), Some(from), Some(to), Some(amount), Some(currency), Some(description)) =
+            (key, from, to, amount, currency, description)
+        else {
+            return Err(check.into_violations());
+        };
+        if !check.is_empty() {
+            return Err(check.into_violations());
+        }
+        let transfer = Self {
+            from,
+            to,
+            amount,
+            currency,
+            description,
+        };
+        Ok((key, transfer))
     }
 
     fn fingerprint(&self, fields: &mut Fields) {
@@ -44,7 +89,7 @@ impl Operation for Transfer {
         }
     }
 
-    fn decide(&self, book: &mut Book) -> Result<Reply, Refusal> {
+    fn decide(&self, book: &mut Book) -> Result<Moved, Refusal> {
         book.account_in(self.from, self.currency)?;
         book.account_in(self.to, self.currency)?;
         book.require_available(self.from, self.amount)?;
@@ -54,7 +99,18 @@ impl Operation for Transfer {
         };
         let debit = book.post(leg(self.from, EntryKind::TransferOut, self.to))?;
         let credit = book.post(leg(self.to, EntryKind::TransferIn, self.from))?;
-        Ok(Reply::Transfer { debit, credit })
+        Ok(Moved { debit, credit })
+    }
+
+    fn reply(moved: &Moved) -> pb::TransferReply {
+        pb::TransferReply {
+            debit: Some(entry_message(&moved.debit)),
+            credit: Some(entry_message(&moved.credit)),
+        }
+    }
+
+    fn named(reply: pb::TransferReply) -> Result<Named, String> {
+        Ok(Named::entries([reply.debit, reply.credit]))
     }
 }
 
@@ -62,7 +118,7 @@ impl Operation for Transfer {
 mod tests {
     use super::*;
     use crate::ledger::decline::Decline;
-    use crate::ledger::ops::testing::{account, amount, book, description, id, key, usd};
+    use crate::ops::testing::{account, amount, book, description, id, key, usd};
 
     fn transfer(from: u64, to: u64, n: i64) -> Transfer {
         Transfer {
@@ -78,7 +134,7 @@ mod tests {
     fn moves_money_and_names_the_counterparty() {
         let mut book = book(vec![account(1, 100, 0), account(2, 5, 0)], vec![], vec![]);
         book.start_call(key("t"));
-        let Ok(Reply::Transfer { debit, credit }) = transfer(1, 2, 40).decide(&mut book) else {
+        let Ok(Moved { debit, credit }) = transfer(1, 2, 40).decide(&mut book) else {
             panic!("transfer");
         };
         assert_eq!((debit.balance_after, credit.balance_after), (60, 45));
@@ -117,5 +173,21 @@ mod tests {
             transfer(1, 2, 1).decide(&mut book),
             Err(Refusal::Declined(Decline::AccountNotFound { account_id })) if account_id == id(1)
         ));
+    }
+
+    #[test]
+    fn a_transfer_to_its_own_source_is_invalid() {
+        let request = pb::TransferRequest {
+            idempotency_key: "t".into(),
+            from_account_id: 3,
+            to_account_id: 3,
+            amount: 1,
+            currency: "USD".into(),
+            description: String::new(),
+        };
+        let Err(violations) = Transfer::parse(request) else {
+            panic!("expected violations");
+        };
+        assert_eq!(violations[0].field, "to_account_id");
     }
 }

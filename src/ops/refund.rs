@@ -1,13 +1,14 @@
 //! Refund: returns money taken by a Charge or a Capture to the same account. The
 //! refunds of one entry never add up to more than its amount.
 
-use super::{Needs, Operation};
+use super::{Named, Operation, Violations, entry_message};
 use crate::ledger::book::{Book, Posting, RowCounts};
 use crate::ledger::decline::{Decline, Refusal};
 use crate::ledger::fingerprint::Fields;
-use crate::ledger::model::{EntryKind, Method};
-use crate::ledger::outcome::Reply;
+use crate::ledger::model::{Effect, Entry, EntryKind};
 use crate::ledger::values::{Amount, Description, EntryId};
+use crate::ledger::{FieldViolation, IdempotencyKey, Needs};
+use crate::proto::pb;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refund {
@@ -17,8 +18,29 @@ pub struct Refund {
 }
 
 impl Operation for Refund {
-    fn method(&self) -> Method {
-        Method::Refund
+    type Request = pb::RefundRequest;
+    type Reply = pb::RefundReply;
+    type Output = Entry;
+
+    const EFFECTS: &'static [Effect] = &[Effect::Entry(EntryKind::Refund)];
+
+    fn parse(r: pb::RefundRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
+        let mut check = Violations::default();
+        let key = check.key(r.idempotency_key);
+        let entry_id = check.field(EntryId::parse("entry_id", r.entry_id));
+        let amount = check.field(Amount::parse("amount", r.amount));
+        let description = check.field(Description::parse("description", r.description));
+        let (Some(key), Some(entry_id), Some(amount), Some(description)) =
+            (key, entry_id, amount, description)
+        else {
+            return Err(check.into_violations());
+        };
+        let refund = Self {
+            entry_id,
+            amount,
+            description,
+        };
+        Ok((key, refund))
     }
 
     fn fingerprint(&self, fields: &mut Fields) {
@@ -38,7 +60,7 @@ impl Operation for Refund {
         }
     }
 
-    fn decide(&self, book: &mut Book) -> Result<Reply, Refusal> {
+    fn decide(&self, book: &mut Book) -> Result<Entry, Refusal> {
         let refunded = book.entry(self.entry_id)?;
         if !refunded.kind.refundable() {
             return Err(Decline::NotRefundable {
@@ -66,7 +88,17 @@ impl Operation for Refund {
                 self.description.clone(),
             )
         };
-        book.post(posting).map(Reply::Refund)
+        book.post(posting)
+    }
+
+    fn reply(entry: &Entry) -> pb::RefundReply {
+        pb::RefundReply {
+            entry: Some(entry_message(entry)),
+        }
+    }
+
+    fn named(reply: pb::RefundReply) -> Result<Named, String> {
+        Ok(Named::entries([reply.entry]))
     }
 }
 
@@ -74,7 +106,7 @@ impl Operation for Refund {
 mod tests {
     use super::*;
     use crate::ledger::book::EntryRow;
-    use crate::ledger::ops::testing::{account, amount, book, description, id, key, usd};
+    use crate::ops::testing::{account, amount, book, description, id, key, usd};
 
     fn charged(kind: EntryKind, n: i64, refunded: i64) -> EntryRow {
         EntryRow {

@@ -1,0 +1,65 @@
+//! OpenAccount: a new account with a zero balance in one currency.
+
+use super::{Named, Operation, Violations, account_message, lacks_a_field};
+use crate::ledger::book::{Book, RowCounts};
+use crate::ledger::decline::Refusal;
+use crate::ledger::fingerprint::Fields;
+use crate::ledger::model::{Account, Effect};
+use crate::ledger::values::Currency;
+use crate::ledger::{FieldViolation, IdempotencyKey, Needs};
+use crate::proto::pb;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenAccount {
+    pub currency: Currency,
+}
+
+impl Operation for OpenAccount {
+    type Request = pb::OpenAccountRequest;
+    type Reply = pb::OpenAccountReply;
+    type Output = Account;
+
+    const EFFECTS: &'static [Effect] = &[Effect::OpenedAccount];
+
+    fn parse(r: pb::OpenAccountRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
+        let mut check = Violations::default();
+        let key = check.key(r.idempotency_key);
+        let currency = check.field(Currency::parse("currency", &r.currency));
+        let (Some(key), Some(currency)) = (key, currency) else {
+            return Err(check.into_violations());
+        };
+        Ok((key, Self { currency }))
+    }
+
+    fn fingerprint(&self, fields: &mut Fields) {
+        fields.str(self.currency.as_str());
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            creates: RowCounts {
+                accounts: 1,
+                ..RowCounts::default()
+            },
+            ..Needs::default()
+        }
+    }
+
+    fn decide(&self, book: &mut Book) -> Result<Account, Refusal> {
+        book.open_account(self.currency)
+    }
+
+    fn reply(account: &Account) -> pb::OpenAccountReply {
+        pb::OpenAccountReply {
+            account: Some(account_message(account)),
+        }
+    }
+
+    fn named(reply: pb::OpenAccountReply) -> Result<Named, String> {
+        let account = reply.account.ok_or_else(lacks_a_field)?;
+        if account.account_id == 0 {
+            return Err("the stored reply opens account 0".into());
+        }
+        Ok(Named::default())
+    }
+}
