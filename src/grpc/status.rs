@@ -8,13 +8,11 @@ use std::time::Duration;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, FieldViolation, StatusExt as _};
 
-use chrono::{DateTime, Utc};
-
 use crate::error::{Error, Recorded};
 use crate::ledger::Decline;
+use crate::ledger::decline::rfc3339;
 
-/// The `ErrorInfo` domain of every status the service returns.
-pub const DOMAIN: &str = "ledger.v1";
+pub use crate::proto::ERROR_DOMAIN as DOMAIN;
 
 /// Response metadata marking an answer replayed from an earlier attempt.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
@@ -52,122 +50,159 @@ pub(super) fn report(error: &Error) -> Status {
     from_error(error)
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "the one mapping of errors, an arm each, is meant to be read whole"
-)]
+/// The status of an error. Its reason and what it promises are in the message;
+/// its details say which field, which row, and when to retry.
 pub(super) fn from_error(error: &Error) -> Status {
+    let mut details = info(reason(error), metadata(error));
     match error {
-        Error::InvalidRequest(violations) => invalid_request(violations),
-        Error::InvalidPageToken => {
-            let mut details = info("INVALID_PAGE_TOKEN", []);
-            details.set_bad_request(vec![FieldViolation::new(
-                "page_token",
-                "not a token this service issued for this account",
-            )]);
-            Status::with_error_details(
-                Code::InvalidArgument,
-                "invalid request: page_token was not issued by this service for this account",
-                details,
-            )
+        Error::InvalidRequest(violations) => details.set_bad_request(field_violations(violations)),
+        Error::InvalidPageToken => details.set_bad_request(vec![FieldViolation::new(
+            "page_token",
+            "not a token this service issued for this account",
+        )]),
+        _ => &mut details,
+    };
+    if let Some(after) = retry_after(error) {
+        details.set_retry_info(Some(after));
+    }
+    Status::with_error_details(code(error), message(error), details)
+}
+
+/// The status of a decline, as stored under its key and replayed.
+pub(super) fn from_decline(decline: &Decline) -> Status {
+    let code = if decline.is_not_found() {
+        Code::NotFound
+    } else {
+        Code::FailedPrecondition
+    };
+    Status::with_error_details(
+        code,
+        decline.message(),
+        info(decline.reason(), decline.metadata()),
+    )
+}
+
+fn code(error: &Error) -> Code {
+    match error {
+        Error::InvalidRequest(_) | Error::InvalidPageToken => Code::InvalidArgument,
+        Error::PermissionDenied(_) => Code::PermissionDenied,
+        Error::AccountNotFound(_)
+        | Error::EntryNotFound(_)
+        | Error::HoldNotFound(_)
+        | Error::KeyNotFound => Code::NotFound,
+        Error::KeyReused | Error::KeyExpired { .. } => Code::FailedPrecondition,
+        Error::KeyInProgress { .. } | Error::AccountBusy { .. } | Error::Conflict { .. } => {
+            Code::Aborted
         }
-        Error::PermissionDenied(method) => with_info(
-            Code::PermissionDenied,
-            format!("this client is not granted {method}"),
-            "METHOD_NOT_ALLOWED",
-            [("method", (*method).to_owned())],
+        Error::Unavailable { .. } => Code::Unavailable,
+        Error::Overloaded { .. } => Code::ResourceExhausted,
+        Error::DeadlineExceeded { .. } => Code::DeadlineExceeded,
+        Error::Cancelled => Code::Cancelled,
+        Error::Internal(_) => Code::Internal,
+    }
+}
+
+/// The `ErrorInfo` reason (SPEC 4).
+fn reason(error: &Error) -> &'static str {
+    match error {
+        Error::InvalidRequest(_) => "INVALID_REQUEST",
+        Error::InvalidPageToken => "INVALID_PAGE_TOKEN",
+        Error::PermissionDenied(_) => "METHOD_NOT_ALLOWED",
+        Error::AccountNotFound(_) => "ACCOUNT_NOT_FOUND",
+        Error::EntryNotFound(_) => "ENTRY_NOT_FOUND",
+        Error::HoldNotFound(_) => "HOLD_NOT_FOUND",
+        Error::KeyNotFound => "KEY_NOT_FOUND",
+        Error::KeyReused => "IDEMPOTENCY_KEY_REUSED",
+        Error::KeyExpired { .. } => "IDEMPOTENCY_KEY_EXPIRED",
+        Error::KeyInProgress { .. } => "IDEMPOTENCY_KEY_IN_PROGRESS",
+        Error::AccountBusy { .. } => "ACCOUNT_BUSY",
+        Error::Conflict { .. } => "TRANSACTION_CONFLICT",
+        Error::Unavailable { .. } => "DATABASE_UNAVAILABLE",
+        Error::Overloaded { .. } => "TOO_MANY_CALLS",
+        Error::DeadlineExceeded { .. } => "DEADLINE_EXCEEDED",
+        Error::Cancelled => "CANCELLED",
+        Error::Internal(_) => "INTERNAL",
+    }
+}
+
+fn message(error: &Error) -> String {
+    match error {
+        Error::InvalidRequest(violations) => {
+            let summary: Vec<String> = violations
+                .iter()
+                .map(|v| format!("{} {}", v.field, v.description))
+                .collect();
+            format!("invalid request: {}", summary.join("; "))
+        }
+        Error::InvalidPageToken => {
+            "invalid request: page_token was not issued by this service for this account".into()
+        }
+        Error::PermissionDenied(method) => format!("this client is not granted {method}"),
+        Error::AccountNotFound(id) => format!("account {id} does not exist"),
+        Error::EntryNotFound(id) => format!("entry {id} does not exist"),
+        Error::HoldNotFound(id) => format!("hold {id} does not exist"),
+        Error::KeyNotFound => "nothing has taken effect under this idempotency key".into(),
+        Error::KeyReused => "this idempotency key was already used for a different request; \
+                             use a new key for a new request"
+            .into(),
+        Error::KeyExpired { first_used_at, .. } => format!(
+            "this idempotency key took effect at {} and its record has since been purged; it \
+             is never executed again: use a new key for a new request",
+            rfc3339(*first_used_at)
         ),
-        Error::AccountNotFound(id) => with_info(
-            Code::NotFound,
-            format!("account {id} does not exist"),
-            "ACCOUNT_NOT_FOUND",
-            [("account_id", id.to_string())],
+        Error::KeyInProgress { .. } => "a call with the same idempotency key is still in \
+                                        progress; retry with the same key"
+            .into(),
+        Error::AccountBusy { .. } => "the account is locked by other transactions; nothing was \
+                                      recorded; retry with the same key"
+            .into(),
+        Error::Conflict { recorded, .. } => format!(
+            "the transaction kept conflicting with concurrent ones; {}",
+            promise(*recorded)
         ),
-        Error::EntryNotFound(id) => not_found_entry(*id),
-        Error::HoldNotFound(id) => not_found_hold(*id),
-        Error::KeyNotFound => with_info(
-            Code::NotFound,
-            "nothing has taken effect under this idempotency key",
-            "KEY_NOT_FOUND",
-            [],
+        Error::Unavailable { recorded, .. } => {
+            format!("the database is unavailable; {}", promise(*recorded))
+        }
+        Error::Overloaded { limit } => format!(
+            "the server is at its limit of {limit} concurrent calls; nothing was recorded; \
+             retry later"
         ),
-        Error::KeyReused => with_info(
-            Code::FailedPrecondition,
-            "this idempotency key was already used for a different request; use a new key \
-             for a new request",
-            "IDEMPOTENCY_KEY_REUSED",
-            [],
-        ),
+        Error::DeadlineExceeded { recorded } => {
+            format!("the deadline passed; {}", promise(*recorded))
+        }
+        Error::Cancelled => "the call was cancelled; retry with the same key".into(),
+        Error::Internal(_) => "internal error".into(),
+    }
+}
+
+fn metadata(error: &Error) -> Vec<(&'static str, String)> {
+    match error {
+        Error::PermissionDenied(method) => vec![("method", (*method).to_owned())],
+        Error::AccountNotFound(id) => vec![("account_id", id.to_string())],
+        Error::EntryNotFound(id) => vec![("entry_id", id.to_string())],
+        Error::HoldNotFound(id) => vec![("hold_id", id.to_string())],
         Error::KeyExpired {
             method,
             first_used_at,
         } => {
             let mut metadata = vec![("first_used_at", rfc3339(*first_used_at))];
             metadata.extend(method.map(|m| ("method", m.name().to_owned())));
-            with_info_vec(
-                Code::FailedPrecondition,
-                format!(
-                    "this idempotency key took effect at {} and its record has since been \
-                     purged; it is never executed again: use a new key for a new request",
-                    rfc3339(*first_used_at)
-                ),
-                "IDEMPOTENCY_KEY_EXPIRED",
-                metadata,
-            )
+            metadata
         }
-        Error::KeyInProgress { retry_after } => retryable(
-            Code::Aborted,
-            "a call with the same idempotency key is still in progress; retry with the same key",
-            "IDEMPOTENCY_KEY_IN_PROGRESS",
-            *retry_after,
-        ),
-        Error::AccountBusy { retry_after } => retryable(
-            Code::Aborted,
-            "the account is locked by other transactions; nothing was recorded; retry with \
-             the same key",
-            "ACCOUNT_BUSY",
-            *retry_after,
-        ),
-        Error::Conflict { recorded, .. } => retryable(
-            Code::Aborted,
-            &format!(
-                "the transaction kept conflicting with concurrent ones; {}",
-                promise(*recorded)
-            ),
-            "TRANSACTION_CONFLICT",
-            CONFLICT_RETRY,
-        ),
-        Error::Unavailable { recorded, .. } => retryable(
-            Code::Unavailable,
-            &format!("the database is unavailable; {}", promise(*recorded)),
-            "DATABASE_UNAVAILABLE",
-            UNAVAILABLE_RETRY,
-        ),
-        Error::Overloaded { limit } => {
-            let mut details = info("TOO_MANY_CALLS", [("limit", limit.to_string())]);
-            details.set_retry_info(Some(OVERLOAD_RETRY));
-            Status::with_error_details(
-                Code::ResourceExhausted,
-                format!(
-                    "the server is at its limit of {limit} concurrent calls; nothing was \
-                     recorded; retry later"
-                ),
-                details,
-            )
+        Error::Overloaded { limit } => vec![("limit", limit.to_string())],
+        _ => Vec::new(),
+    }
+}
+
+fn retry_after(error: &Error) -> Option<Duration> {
+    match error {
+        Error::KeyInProgress { retry_after } | Error::AccountBusy { retry_after } => {
+            Some(*retry_after)
         }
-        Error::DeadlineExceeded { recorded } => with_info(
-            Code::DeadlineExceeded,
-            format!("the deadline passed; {}", promise(*recorded)),
-            "DEADLINE_EXCEEDED",
-            [],
-        ),
-        Error::Cancelled => with_info(
-            Code::Cancelled,
-            "the call was cancelled; retry with the same key",
-            "CANCELLED",
-            [],
-        ),
-        Error::Internal(_) => with_info(Code::Internal, "internal error", "INTERNAL", []),
+        Error::Conflict { .. } => Some(CONFLICT_RETRY),
+        Error::Unavailable { .. } => Some(UNAVAILABLE_RETRY),
+        Error::Overloaded { .. } => Some(OVERLOAD_RETRY),
+        _ => None,
     }
 }
 
@@ -182,183 +217,11 @@ fn promise(recorded: Recorded) -> &'static str {
     }
 }
 
-fn not_found_entry(id: u64) -> Status {
-    with_info(
-        Code::NotFound,
-        format!("entry {id} does not exist"),
-        "ENTRY_NOT_FOUND",
-        [("entry_id", id.to_string())],
-    )
-}
-
-fn not_found_hold(id: u64) -> Status {
-    with_info(
-        Code::NotFound,
-        format!("hold {id} does not exist"),
-        "HOLD_NOT_FOUND",
-        [("hold_id", id.to_string())],
-    )
-}
-
-fn rfc3339(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-}
-
-/// The status of a decline, as stored under its key and replayed.
-#[expect(
-    clippy::too_many_lines,
-    reason = "the one mapping of declines, an arm each, is meant to be read whole"
-)]
-pub(super) fn from_decline(decline: &Decline) -> Status {
-    match decline {
-        Decline::AccountNotFound { account_id } => {
-            from_error(&Error::AccountNotFound(account_id.get()))
-        }
-        Decline::CurrencyMismatch {
-            account_id,
-            account_currency,
-            requested,
-        } => with_info(
-            Code::FailedPrecondition,
-            format!("account {account_id} holds {account_currency}, not {requested}"),
-            "CURRENCY_MISMATCH",
-            [
-                ("account_id", account_id.to_string()),
-                ("account_currency", account_currency.to_string()),
-                ("requested_currency", requested.to_string()),
-            ],
-        ),
-        Decline::InsufficientFunds {
-            account_id,
-            balance,
-            held,
-            amount,
-        } => with_info(
-            Code::FailedPrecondition,
-            format!(
-                "account {account_id} has {available} available, less than the {amount} requested",
-                available = balance - held,
-                amount = amount.get()
-            ),
-            "INSUFFICIENT_FUNDS",
-            [
-                ("account_id", account_id.to_string()),
-                ("balance", balance.to_string()),
-                ("held", held.to_string()),
-                ("available", (balance - held).to_string()),
-                ("amount", amount.get().to_string()),
-            ],
-        ),
-        Decline::BalanceOverflow {
-            account_id,
-            balance,
-            amount,
-        } => with_info(
-            Code::FailedPrecondition,
-            format!(
-                "crediting {} to account {account_id} would overflow its balance of {balance}",
-                amount.get()
-            ),
-            "BALANCE_OVERFLOW",
-            [
-                ("account_id", account_id.to_string()),
-                ("balance", balance.to_string()),
-                ("amount", amount.get().to_string()),
-            ],
-        ),
-        Decline::EntryNotFound { entry_id } => not_found_entry(entry_id.get()),
-        Decline::NotRefundable { entry_id, kind } => with_info(
-            Code::FailedPrecondition,
-            format!(
-                "entry {entry_id} is a {kind:?} entry; only charges and captures are refundable"
-            ),
-            "NOT_REFUNDABLE",
-            [("entry_id", entry_id.to_string())],
-        ),
-        Decline::RefundExceedsCharge {
-            entry_id,
-            refundable,
-            amount,
-        } => with_info(
-            Code::FailedPrecondition,
-            format!(
-                "entry {entry_id} has {refundable} left to refund, less than the {} requested",
-                amount.get()
-            ),
-            "REFUND_EXCEEDS_CHARGE",
-            [
-                ("entry_id", entry_id.to_string()),
-                ("refundable", refundable.to_string()),
-                ("amount", amount.get().to_string()),
-            ],
-        ),
-        Decline::HoldNotFound { hold_id } => not_found_hold(hold_id.get()),
-        Decline::HoldNotHeld { hold_id, state } => with_info(
-            Code::FailedPrecondition,
-            format!("hold {hold_id} is no longer held: {}", state.name()),
-            "HOLD_NOT_HELD",
-            [
-                ("hold_id", hold_id.to_string()),
-                ("state", state.name().to_owned()),
-            ],
-        ),
-        Decline::HoldExpired {
-            hold_id,
-            expires_at,
-        } => with_info(
-            Code::FailedPrecondition,
-            format!("hold {hold_id} expired at {}", rfc3339(*expires_at)),
-            "HOLD_EXPIRED",
-            [
-                ("hold_id", hold_id.to_string()),
-                ("expires_at", rfc3339(*expires_at)),
-            ],
-        ),
-        Decline::CaptureExceedsHold {
-            hold_id,
-            held,
-            amount,
-        } => with_info(
-            Code::FailedPrecondition,
-            format!(
-                "hold {hold_id} holds {}, less than the {} to capture",
-                held.get(),
-                amount.get()
-            ),
-            "CAPTURE_EXCEEDS_HOLD",
-            [
-                ("hold_id", hold_id.to_string()),
-                ("held", held.get().to_string()),
-                ("amount", amount.get().to_string()),
-            ],
-        ),
-    }
-}
-
-fn invalid_request(violations: &[crate::ledger::FieldViolation]) -> Status {
-    let summary = violations
+fn field_violations(violations: &[crate::ledger::FieldViolation]) -> Vec<FieldViolation> {
+    violations
         .iter()
-        .map(|v| format!("{} {}", v.field, v.description))
-        .collect::<Vec<_>>()
-        .join("; ");
-    let mut details = info("INVALID_REQUEST", []);
-    details.set_bad_request(
-        violations
-            .iter()
-            .map(|v| FieldViolation::new(v.field, v.description.clone()))
-            .collect::<Vec<_>>(),
-    );
-    Status::with_error_details(
-        Code::InvalidArgument,
-        format!("invalid request: {summary}"),
-        details,
-    )
-}
-
-fn retryable(code: Code, message: &str, reason: &str, after: Duration) -> Status {
-    let mut details = info(reason, []);
-    details.set_retry_info(Some(after));
-    Status::with_error_details(code, message, details)
+        .map(|v| FieldViolation::new(v.field, v.description.clone()))
+        .collect()
 }
 
 pub(super) fn with_info<const N: usize>(
@@ -366,15 +229,6 @@ pub(super) fn with_info<const N: usize>(
     message: impl Into<String>,
     reason: &str,
     metadata: [(&str, String); N],
-) -> Status {
-    Status::with_error_details(code, message, info(reason, metadata))
-}
-
-fn with_info_vec(
-    code: Code,
-    message: impl Into<String>,
-    reason: &str,
-    metadata: Vec<(&str, String)>,
 ) -> Status {
     Status::with_error_details(code, message, info(reason, metadata))
 }
@@ -389,6 +243,8 @@ fn info<'a>(reason: &str, metadata: impl IntoIterator<Item = (&'a str, String)>)
 
 #[cfg(test)]
 mod tests {
+    use chrono::Utc;
+
     use super::*;
 
     #[test]

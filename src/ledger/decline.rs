@@ -59,6 +59,161 @@ pub enum Decline {
     },
 }
 
+impl Decline {
+    /// Whether the decline names a row that does not exist (`NOT_FOUND`); the
+    /// others are unmet preconditions (`FAILED_PRECONDITION`).
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            Self::AccountNotFound { .. } | Self::EntryNotFound { .. } | Self::HoldNotFound { .. }
+        )
+    }
+
+    /// The `ErrorInfo` reason (SPEC 4).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::AccountNotFound { .. } => "ACCOUNT_NOT_FOUND",
+            Self::CurrencyMismatch { .. } => "CURRENCY_MISMATCH",
+            Self::InsufficientFunds { .. } => "INSUFFICIENT_FUNDS",
+            Self::BalanceOverflow { .. } => "BALANCE_OVERFLOW",
+            Self::EntryNotFound { .. } => "ENTRY_NOT_FOUND",
+            Self::NotRefundable { .. } => "NOT_REFUNDABLE",
+            Self::RefundExceedsCharge { .. } => "REFUND_EXCEEDS_CHARGE",
+            Self::HoldNotFound { .. } => "HOLD_NOT_FOUND",
+            Self::HoldNotHeld { .. } => "HOLD_NOT_HELD",
+            Self::HoldExpired { .. } => "HOLD_EXPIRED",
+            Self::CaptureExceedsHold { .. } => "CAPTURE_EXCEEDS_HOLD",
+        }
+    }
+
+    /// What the caller is told.
+    pub fn message(&self) -> String {
+        match self {
+            Self::AccountNotFound { account_id } => format!("account {account_id} does not exist"),
+            Self::CurrencyMismatch {
+                account_id,
+                account_currency,
+                requested,
+            } => format!("account {account_id} holds {account_currency}, not {requested}"),
+            Self::InsufficientFunds {
+                account_id,
+                balance,
+                held,
+                amount,
+            } => format!(
+                "account {account_id} has {} available, less than the {amount} requested",
+                balance - held
+            ),
+            Self::BalanceOverflow {
+                account_id,
+                balance,
+                amount,
+            } => format!(
+                "crediting {amount} to account {account_id} would overflow its balance of {balance}"
+            ),
+            Self::EntryNotFound { entry_id } => format!("entry {entry_id} does not exist"),
+            Self::NotRefundable { entry_id, kind } => format!(
+                "entry {entry_id} is a {kind:?} entry; only charges and captures are refundable"
+            ),
+            Self::RefundExceedsCharge {
+                entry_id,
+                refundable,
+                amount,
+            } => format!(
+                "entry {entry_id} has {refundable} left to refund, less than the {amount} requested"
+            ),
+            Self::HoldNotFound { hold_id } => format!("hold {hold_id} does not exist"),
+            Self::HoldNotHeld { hold_id, state } => {
+                format!("hold {hold_id} is no longer held: {}", state.name())
+            }
+            Self::HoldExpired {
+                hold_id,
+                expires_at,
+            } => format!("hold {hold_id} expired at {}", rfc3339(*expires_at)),
+            Self::CaptureExceedsHold {
+                hold_id,
+                held,
+                amount,
+            } => format!("hold {hold_id} holds {held}, less than the {amount} to capture"),
+        }
+    }
+
+    /// The `ErrorInfo` metadata: the ids and amounts the decline is about.
+    pub fn metadata(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Self::AccountNotFound { account_id } => vec![("account_id", account_id.to_string())],
+            Self::CurrencyMismatch {
+                account_id,
+                account_currency,
+                requested,
+            } => vec![
+                ("account_id", account_id.to_string()),
+                ("account_currency", account_currency.to_string()),
+                ("requested_currency", requested.to_string()),
+            ],
+            Self::InsufficientFunds {
+                account_id,
+                balance,
+                held,
+                amount,
+            } => vec![
+                ("account_id", account_id.to_string()),
+                ("balance", balance.to_string()),
+                ("held", held.to_string()),
+                ("available", (balance - held).to_string()),
+                ("amount", amount.to_string()),
+            ],
+            Self::BalanceOverflow {
+                account_id,
+                balance,
+                amount,
+            } => vec![
+                ("account_id", account_id.to_string()),
+                ("balance", balance.to_string()),
+                ("amount", amount.to_string()),
+            ],
+            Self::EntryNotFound { entry_id } | Self::NotRefundable { entry_id, .. } => {
+                vec![("entry_id", entry_id.to_string())]
+            }
+            Self::RefundExceedsCharge {
+                entry_id,
+                refundable,
+                amount,
+            } => vec![
+                ("entry_id", entry_id.to_string()),
+                ("refundable", refundable.to_string()),
+                ("amount", amount.to_string()),
+            ],
+            Self::HoldNotFound { hold_id } => vec![("hold_id", hold_id.to_string())],
+            Self::HoldNotHeld { hold_id, state } => vec![
+                ("hold_id", hold_id.to_string()),
+                ("state", state.name().to_owned()),
+            ],
+            Self::HoldExpired {
+                hold_id,
+                expires_at,
+            } => vec![
+                ("hold_id", hold_id.to_string()),
+                ("expires_at", rfc3339(*expires_at)),
+            ],
+            Self::CaptureExceedsHold {
+                hold_id,
+                held,
+                amount,
+            } => vec![
+                ("hold_id", hold_id.to_string()),
+                ("held", held.to_string()),
+                ("amount", amount.to_string()),
+            ],
+        }
+    }
+}
+
+/// An instant as the wire's texts spell it (RFC 3339, microseconds, UTC).
+pub fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
 /// Why a decision produced no outcome: a decline (stored under the key), or a bug
 /// in the decision itself (nothing stored; an internal error).
 #[derive(Debug, Clone, PartialEq, Eq)]

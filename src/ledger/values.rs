@@ -71,6 +71,13 @@ id_type!(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Amount(i64);
 
+/// The number of minor units.
+impl fmt::Display for Amount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 impl Amount {
     pub fn parse(field: &'static str, raw: i64) -> Result<Self, FieldViolation> {
         if raw > 0 {
