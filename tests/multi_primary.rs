@@ -34,7 +34,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use ledger::proto::pb;
 use support::{
-    Config, Gate, LedgerProcess, TestApp, TestDb, charge, credit, free_port, raw_call, replayed,
+    Config, Gate, LedgerProcess, TestApp, TestDb, assert_audit_passes, charge, credit, free_port,
+    raw_call, replayed,
 };
 use tokio::sync::Barrier;
 use tonic::Code;
@@ -358,8 +359,7 @@ async fn a_batch_overtaken_by_another_node_is_retried_whole() {
     assert_eq!(at[0], at[1], "claimed by one batch");
     assert_eq!(db.balance(account).await, 10);
     assert_eq!(db.entries_for_key("overtaken").await, 1);
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -535,8 +535,7 @@ async fn losing_a_node_under_load_loses_nothing() {
 
     verify(&db, &accounts, &finals).await;
     for node in &nodes[1..] {
-        let report = ledger::audit::audit(&db.url_on(node)).await.unwrap();
-        assert!(report.passed(), "{node}: {report}");
+        assert_audit_passes(&db.url_on(node)).await;
     }
     println!("node loss: {}", counters.summary());
 }
@@ -637,8 +636,7 @@ async fn concurrent_duplicates_on_three_nodes_keep_the_ledger_consistent() {
     for client in clients {
         client.await.unwrap();
     }
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
     assert_eq!(
         db.count("SELECT COUNT(*) FROM entries WHERE kind = 1")
             .await,
@@ -1049,8 +1047,7 @@ async fn routed_by_account_losing_a_node_under_load_loses_nothing() {
 
     verify(&db, &accounts, &finals).await;
     for node in &nodes {
-        let report = ledger::audit::audit(&db.url_on(node)).await.unwrap();
-        assert!(report.passed(), "{node}: {report}");
+        assert_audit_passes(&db.url_on(node)).await;
     }
     println!("node loss, routed by account: {}", counters.summary());
 }

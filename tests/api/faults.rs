@@ -10,7 +10,9 @@ use rand::{RngExt as _, SeedableRng as _};
 use tokio::time::Instant;
 use tonic::Code;
 
-use crate::support::{Config, HeldCharge, TestApp, TestDb, charge, replayed, with_deadline};
+use crate::support::{
+    Config, HeldCharge, TestApp, TestDb, assert_audit_passes, charge, replayed, with_deadline,
+};
 
 /// A duplicate behind an original that holds its transaction for 10 s, called with
 /// a 1 s deadline, is answered within about 2 s and leaves no trace; the original
@@ -111,8 +113,7 @@ async fn a_thousand_cancelled_calls_leave_nothing_half_done() {
     println!("answers before the clients gave up: {answers:?}");
 
     db.until_no_open_transactions().await;
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
     let done = db
         .count("SELECT COUNT(*) FROM idempotency_keys WHERE idempotency_key LIKE 'cancel-%'")
         .await;

@@ -10,7 +10,8 @@ use mysql_async::prelude::Queryable as _;
 use tonic::Code;
 
 use crate::support::{
-    Config, Gate, TestApp, TestDb, charge, credit, reason, replayed, transfer, with_deadline,
+    Config, Gate, TestApp, TestDb, assert_audit_passes, charge, credit, reason, replayed, transfer,
+    with_deadline,
 };
 
 type Client = ledger::proto::pb::ledger_client::LedgerClient<tonic::transport::Channel>;
@@ -112,8 +113,7 @@ async fn a_batch_updates_every_account_it_changed() {
                 "{multi_primary:?}: the credit and two legs"
             );
         }
-        let report = ledger::audit::audit(&db.url).await.unwrap();
-        assert!(report.passed(), "{report}");
+        assert_audit_passes(&db.url).await;
     }
 }
 
@@ -268,8 +268,7 @@ async fn a_caller_gone_mid_batch_costs_the_others_nothing() {
     db.until_no_open_transactions().await;
     assert_eq!(db.key_rows("late").await, 0, "no row without an outcome");
     assert_eq!(db.balance(account).await, 70);
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 /// A batch that deadlocks is rolled back whole and retried whole: a transaction

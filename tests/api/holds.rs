@@ -9,8 +9,8 @@ use tokio::sync::Barrier;
 use tonic::Code;
 
 use crate::support::{
-    Config, Gate, TestApp, TestDb, capture, charge, info, place_hold, raw_call, reason, refund,
-    replayed, transfer, until_waiting, void,
+    Config, Gate, TestApp, TestDb, assert_audit_passes, capture, charge, info, place_hold,
+    raw_call, reason, refund, replayed, transfer, until_waiting, void,
 };
 
 type Client = pb::ledger_client::LedgerClient<tonic::transport::Channel>;
@@ -109,8 +109,7 @@ async fn held_money_is_spoken_for_and_a_capture_takes_part_of_it() {
         .unwrap_err();
     assert_eq!(reason(&status), "REFUND_EXCEEDS_CHARGE");
     assert_eq!(account(&mut c, id).await.balance, 70);
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 /// A 2 s hold: it reserves until `expires_at`; 0.3 s after, with nothing having
@@ -156,8 +155,7 @@ async fn a_hold_expires_at_the_instant_its_time_runs_out() {
     c.charge(charge("all", id, 100))
         .await
         .expect("the whole balance is available");
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 /// A capture held before its COMMIT while a void of the same hold (another key,
@@ -214,8 +212,7 @@ async fn a_capture_and_a_void_racing_leave_one_winner() {
         assert_eq!(info(&status, "state").as_deref(), Some(state));
         let expected_balance = if capture_first { 60 } else { 100 };
         assert_eq!(db.balance(id).await, expected_balance);
-        let report = ledger::audit::audit(&db.url).await.unwrap();
-        assert!(report.passed(), "{report}");
+        assert_audit_passes(&db.url).await;
     }
 }
 
@@ -275,8 +272,7 @@ async fn racing_resolutions_have_one_winner_per_hold() {
         }
     }
     assert_eq!(db.balance(id).await, 1_000_000 - captured);
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 /// 32 identical PlaceHolds through two instances, the first held before COMMIT

@@ -10,7 +10,8 @@ use tokio::time::Duration;
 use tonic::Code;
 
 use crate::support::{
-    Config, Gate, TestApp, TestDb, raw_call, reason, replayed, transfer, until_waiting,
+    Config, Gate, TestApp, TestDb, assert_audit_passes, raw_call, reason, replayed, transfer,
+    until_waiting,
 };
 
 fn storm_config(gate: Option<Gate>) -> Config {
@@ -125,8 +126,7 @@ async fn three_hundred_transfers_both_ways_never_deadlock() {
             .await,
         600
     );
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

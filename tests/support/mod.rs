@@ -26,7 +26,7 @@ pub mod wire;
 pub use app::{Config, TestApp, open_funded, until_in_flight, until_waiting};
 pub use gate::{Gate, HeldCharge};
 pub use process::{LedgerProcess, free_port, run_ledger, until_health};
-pub use server::{TestDb, assert_each_key_charged_once, server_url};
+pub use server::{TestDb, assert_audit_passes, assert_each_key_charged_once, server_url};
 pub use wire::{
     Bearer, capture, charge, credit, info, place_hold, raw_call, reason, refund, replayed, scrape,
     token_line, transfer, void, with_deadline, with_token,
