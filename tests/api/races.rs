@@ -3,8 +3,8 @@
 use ledger::proto::pb;
 
 use crate::support::{
-    Config, Gate, HeldStorm, TestApp, TestDb, assert_one_did_the_work, at_once, charge, raw_call,
-    storm_config, until_waiting,
+    Config, HeldCharge, HeldStorm, TestApp, TestDb, assert_one_did_the_work, at_once, charge,
+    raw_call, storm_config, until_waiting,
 };
 
 /// 64 identical charges at once through two instances. The first to claim the key
@@ -77,12 +77,11 @@ async fn twenty_keys_times_sixteen_duplicates_on_one_account() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_duplicates_of_a_rolled_back_original_charge_once() {
     let db = TestDb::new();
-    let gate = Gate::new("rb");
-    let a = TestApp::spawn_with(
+    let held = HeldCharge::start_with(
         &db,
+        "rb",
         Config {
             pool_size: 4,
-            gate: Some(gate.clone()),
             ..storm_config()
         },
     )
@@ -95,32 +94,25 @@ async fn many_duplicates_of_a_rolled_back_original_charge_once() {
         },
     )
     .await;
-    let account = a.funded_account("USD", 100).await;
 
-    let original = tokio::spawn(raw_call(
-        a.channel().await,
-        "Charge",
-        charge("rb", account, 40),
-    ));
-    gate.reached().await;
     let channel = b.channel().await;
     let duplicates: Vec<_> = (0..8)
         .map(|_| {
             tokio::spawn(raw_call(
                 channel.clone(),
                 "Charge",
-                charge("rb", account, 40),
+                charge("rb", held.account, 10),
             ))
         })
         .collect();
-    until_waiting(&db, &[&a, &b], 8).await;
-    original.abort();
+    until_waiting(&db, &[&held.app, &b], 8).await;
+    held.original.abort();
 
     let mut replies = Vec::new();
     for d in duplicates {
         replies.push(d.await.unwrap().expect("every duplicate succeeds"));
     }
     assert_one_did_the_work(&replies, "8 duplicates of a rolled-back original");
-    assert_eq!(db.balance(account).await, 60);
+    assert_eq!(db.balance(held.account).await, 90);
     assert_eq!(db.entries_for_key("rb").await, 1);
 }
