@@ -34,9 +34,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use ledger::proto::pb;
 use support::{
-    Config, Gate, LedgerProcess, TestApp, TestDb, charge, credit, free_port, raw_call, replayed,
+    Config, Gate, LedgerProcess, TestApp, TestDb, assert_audit_passes, assert_one_did_the_work,
+    at_once, charge, credit, free_port, raw_call, replayed, scrape,
 };
-use tokio::sync::Barrier;
 use tonic::Code;
 use tonic::metadata::MetadataMap;
 use tonic::transport::Channel;
@@ -127,28 +127,91 @@ fn cluster(args: &[&str]) {
     assert!(status.success(), "{script} {args:?}");
 }
 
-/// All nodes' URLs for `db`, starting with node `first`: how instances of a
-/// cluster are configured.
-fn urls_from(db: &TestDb, first: usize) -> String {
-    let nodes = nodes();
-    (0..nodes.len())
-        .map(|i| db.url_on(&nodes[(first + i) % nodes.len()]))
-        .collect::<Vec<_>>()
-        .join(",")
+/// An instance in the test process on node `node` (from 0) only, otherwise as
+/// `config` says: how every test here starts one.
+async fn on_node(db: &TestDb, node: usize, config: Config) -> TestApp {
+    let config = Config {
+        database_url: Some(db.url_on(&nodes()[node])),
+        ..config
+    };
+    TestApp::spawn_with(db, config).await
 }
 
-/// One instance per node, in node order, each on its own node only.
+/// One instance per node, in node order, each on its own node only, with pools
+/// small enough for three instances on the cluster.
 async fn instances(db: &TestDb, config: impl Fn(usize) -> Config) -> Vec<TestApp> {
     let mut apps = Vec::new();
-    for (i, node) in nodes().iter().enumerate() {
+    for node in 0..nodes().len() {
         let config = Config {
-            database_url: Some(db.url_on(node)),
             pool_size: 6,
-            ..config(i)
+            ..config(node)
         };
-        apps.push(TestApp::spawn_with(db, config).await);
+        apps.push(on_node(db, node, config).await);
     }
     apps
+}
+
+async fn channels(apps: &[TestApp]) -> Vec<Channel> {
+    let mut channels = Vec::new();
+    for app in apps {
+        channels.push(app.channel().await);
+    }
+    channels
+}
+
+/// `ledger serve` processes, process `i` given `database_urls[i]` (one or more
+/// nodes' URLs, comma-separated) and `args(i)`, once an instance in the test
+/// process has migrated the database: how every test here starts separate
+/// processes. Returns them and their channels.
+async fn serve<'a>(
+    db: &TestDb,
+    database_urls: &[String],
+    args: impl Fn(usize) -> Vec<&'a str>,
+) -> (Vec<LedgerProcess>, Vec<Channel>) {
+    TestApp::spawn(db).await; // migrates, then stops with this handle
+    let mut processes = Vec::new();
+    for (i, urls) in database_urls.iter().enumerate() {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        processes.push(LedgerProcess::serve_urls(urls, addr, &args(i)).await);
+    }
+    let channels = processes.iter().map(LedgerProcess::channel).collect();
+    (processes, channels)
+}
+
+/// `ledger serve` arguments of the node-loss tests, besides routing.
+const NODE_LOSS_ARGS: [&str; 6] = [
+    "--pool-size",
+    "6",
+    "--lock-wait-timeout",
+    "2s",
+    "--connect-timeout",
+    "120s",
+];
+
+/// `ledger serve` arguments of the hot-account and storm workloads, besides
+/// routing: hundreds of calls at once queue for the pool (30 s) and the hot
+/// row (20 s) rather than fail.
+const HOT_ACCOUNT_ARGS: [&str; 6] = [
+    "--pool-size",
+    "8",
+    "--pool-timeout",
+    "30s",
+    "--lock-wait-timeout",
+    "20s",
+];
+
+/// For `instances` instances, instance `i` given every node starting with node
+/// `i`: how instances routed by account are configured.
+fn every_node_from_each(db: &TestDb, instances: usize) -> Vec<String> {
+    let nodes = nodes();
+    (0..instances)
+        .map(|first| {
+            (0..nodes.len())
+                .map(|i| db.url_on(&nodes[(first + i) % nodes.len()]))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect()
 }
 
 /// Sends a charge until it gets a final answer, as a client that wants exactly-once
@@ -284,28 +347,19 @@ async fn a_duplicate_mid_transaction_on_another_node_ends_as_a_replay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
 async fn a_batch_overtaken_by_another_node_is_retried_whole() {
-    let nodes = nodes();
     let db = cluster_db();
     let gate = Gate::new("in-batch-first");
-    let batching = TestApp::spawn_with(
-        &db,
-        Config {
-            database_url: Some(db.url_on(&nodes[0])),
-            gate: Some(gate.clone()),
-            batch_writers: Some(1),
-            ..Config::default()
-        },
-    )
-    .await;
-    let elsewhere = TestApp::spawn_with(
-        &db,
-        Config {
-            database_url: Some(db.url_on(&nodes[1])),
-            batch_writers: Some(0),
-            ..Config::default()
-        },
-    )
-    .await;
+    let batching = Config {
+        gate: Some(gate.clone()),
+        batch_writers: Some(1),
+        ..Config::default()
+    };
+    let batching = on_node(&db, 0, batching).await;
+    let elsewhere = Config {
+        batch_writers: Some(0),
+        ..Config::default()
+    };
+    let elsewhere = on_node(&db, 1, elsewhere).await;
     let account = batching.funded_account("USD", 100).await;
     let mut holder = batching.busy_writer(&db).await;
     let mut calls = Vec::new();
@@ -358,8 +412,7 @@ async fn a_batch_overtaken_by_another_node_is_retried_whole() {
     assert_eq!(at[0], at[1], "claimed by one batch");
     assert_eq!(db.balance(account).await, 10);
     assert_eq!(db.entries_for_key("overtaken").await, 1);
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -369,52 +422,27 @@ async fn storms_across_three_nodes_charge_once_per_key() {
     let apps = instances(&db, |_| Config::default()).await;
     let start = 1_000_000;
     let account = apps[0].funded_account("USD", start).await;
-    let mut channels = Vec::new();
-    for app in &apps {
-        channels.push(app.channel().await);
-    }
+    let channels = channels(&apps).await;
 
     // 48 identical charges, 16 through each node, at once.
-    let barrier = Arc::new(Barrier::new(48));
-    let calls: Vec<_> = (0..48)
-        .map(|i| {
-            let (channel, barrier) = (channels[i % 3].clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                settle(channel, charge("storm", account, 7)).await
-            })
-        })
-        .collect();
+    let calls = at_once(48, &channels, |_, channel| {
+        settle(channel, charge("storm", account, 7))
+    });
     let mut replies = Vec::new();
     for call in calls {
         replies.push(call.await.unwrap().unwrap());
     }
-    assert_eq!(replies.iter().filter(|(md, _)| !replayed(md)).count(), 1);
-    assert!(replies.iter().all(|(_, body)| *body == replies[0].1));
+    assert_one_did_the_work(&replies, "48 identical charges");
     assert_eq!(db.entries_for_key("storm").await, 1);
 
     // 10 keys x 12 duplicates on the one account, through every node at once.
-    let barrier = Arc::new(Barrier::new(120));
-    let calls: Vec<_> = (0..120_i64)
-        .map(|n| {
-            let (channel, barrier) = (
-                channels[usize::try_from(n).unwrap() % 3].clone(),
-                barrier.clone(),
-            );
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let k = n % 10;
-                (
-                    k,
-                    settle(channel, charge(&format!("hot-{k}"), account, 10 + k)).await,
-                )
-            })
-        })
-        .collect();
+    let calls = at_once(120, &channels, |n, channel| {
+        let k = i64::try_from(n % 10).unwrap();
+        settle(channel, charge(&format!("hot-{k}"), account, 10 + k))
+    });
     let mut fresh = 0;
     for call in calls {
-        let (_, answer) = call.await.unwrap();
-        fresh += usize::from(!replayed(&answer.unwrap().0));
+        fresh += usize::from(!replayed(&call.await.unwrap().unwrap().0));
     }
     assert_eq!(fresh, 10, "one fresh answer per key");
     let total: i64 = (0..10).map(|k| 10 + k).sum();
@@ -480,30 +508,8 @@ async fn declines_and_reuse_hold_across_nodes() {
 async fn losing_a_node_under_load_loses_nothing() {
     let nodes = nodes();
     let db = cluster_db();
-    TestApp::spawn(&db).await; // migrates, then stops with this handle
-    let mut instances = Vec::new();
-    let mut addrs: Vec<SocketAddr> = Vec::new();
-    for node in &nodes {
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let args = [
-            "--pool-size",
-            "6",
-            "--lock-wait-timeout",
-            "2s",
-            "--connect-timeout",
-            "120s",
-        ];
-        instances.push(LedgerProcess::serve_urls(&db.url_on(node), addr, &args).await);
-        addrs.push(addr);
-    }
-    let channels: Vec<Channel> = addrs
-        .iter()
-        .map(|a| {
-            Channel::from_shared(format!("http://{a}"))
-                .unwrap()
-                .connect_lazy()
-        })
-        .collect();
+    let own_node: Vec<String> = nodes.iter().map(|node| db.url_on(node)).collect();
+    let (_instances, channels) = serve(&db, &own_node, |_| NODE_LOSS_ARGS.to_vec()).await;
     let accounts = open_accounts(&channels[0]).await;
 
     let seed: u64 = rand::random();
@@ -535,8 +541,7 @@ async fn losing_a_node_under_load_loses_nothing() {
 
     verify(&db, &accounts, &finals).await;
     for node in &nodes[1..] {
-        let report = ledger::audit::audit(&db.url_on(node)).await.unwrap();
-        assert!(report.passed(), "{node}: {report}");
+        assert_audit_passes(&db.url_on(node)).await;
     }
     println!("node loss: {}", counters.summary());
 }
@@ -550,13 +555,7 @@ async fn losing_a_node_under_load_loses_nothing() {
 async fn reads_through_a_lagging_node_see_a_write_made_through_another() {
     let nodes = nodes();
     let db = cluster_db();
-    let small = |node: &str| Config {
-        database_url: Some(db.url_on(node)),
-        pool_size: 4,
-        ..Config::default()
-    };
-    let writer = TestApp::spawn_with(&db, small(&nodes[0])).await;
-    let lagging = TestApp::spawn_with(&db, small(&nodes[2])).await;
+    let (writer, lagging) = writer_and_lagging(&db, 2).await;
     let account = writer.funded_account("USD", 10).await;
     let lagging = lagging.channel().await;
     assert_eq!(balance(lagging.clone(), account).await, 10);
@@ -573,6 +572,17 @@ async fn reads_through_a_lagging_node_see_a_write_made_through_another() {
     applier.until_waiting(&mut read, "%accounts%").await;
     applier.release().await;
     assert_eq!(read.await.unwrap(), 15, "the read waited for the credit");
+}
+
+/// Two instances with small pools: one on node 1 to write through, and one on
+/// node `lagging` (from 0), whose applier the test holds back.
+async fn writer_and_lagging(db: &TestDb, lagging: usize) -> (TestApp, TestApp) {
+    let small = Config {
+        pool_size: 4,
+        ..Config::default()
+    };
+    let writer = on_node(db, 0, small.clone()).await;
+    (writer, on_node(db, lagging, small).await)
 }
 
 async fn balance(channel: Channel, account: u64) -> i64 {
@@ -601,10 +611,7 @@ async fn concurrent_duplicates_on_three_nodes_keep_the_ledger_consistent() {
     for _ in 0..8 {
         accounts.push(apps[0].funded_account("USD", 1_000_000).await);
     }
-    let mut channels = Vec::new();
-    for app in &apps {
-        channels.push(app.channel().await);
-    }
+    let channels = channels(&apps).await;
     let clients: Vec<_> = (0..9_u64)
         .map(|t| {
             let (channels, accounts) = (channels.clone(), accounts.clone());
@@ -621,15 +628,7 @@ async fn concurrent_duplicates_on_three_nodes_keep_the_ledger_consistent() {
                     for copy in copies {
                         answers.push(copy.await.unwrap().unwrap());
                     }
-                    assert_eq!(
-                        answers.iter().filter(|(md, _)| !replayed(md)).count(),
-                        1,
-                        "{key}"
-                    );
-                    assert!(
-                        answers.iter().all(|(_, body)| *body == answers[0].1),
-                        "{key}: copies disagree"
-                    );
+                    assert_one_did_the_work(&answers, &key);
                 }
             })
         })
@@ -637,8 +636,7 @@ async fn concurrent_duplicates_on_three_nodes_keep_the_ledger_consistent() {
     for client in clients {
         client.await.unwrap();
     }
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
     assert_eq!(
         db.count("SELECT COUNT(*) FROM entries WHERE kind = 1")
             .await,
@@ -810,13 +808,7 @@ impl Applier {
 async fn a_decline_is_never_stored_from_a_stale_read() {
     let nodes = nodes();
     let db = cluster_db();
-    let small = |node: &str| Config {
-        database_url: Some(db.url_on(node)),
-        pool_size: 4,
-        ..Config::default()
-    };
-    let writer = TestApp::spawn_with(&db, small(&nodes[0])).await;
-    let lagging = TestApp::spawn_with(&db, small(&nodes[1])).await;
+    let (writer, lagging) = writer_and_lagging(&db, 1).await;
     let account = writer.funded_account("USD", 11).await;
     let lagging = lagging.channel().await;
     // Through node 2 before the hold, so a keyed connection is open there.
@@ -872,13 +864,12 @@ async fn an_instance_starting_on_a_lagging_node_sees_the_migrations() {
         .await
         .unwrap();
     let applier = Applier::hold(&db, &nodes[0], &nodes[1]).await;
-    let on = |node: &str| Config {
-        database_url: Some(db.url_on(node)),
+    let small = Config {
         pool_size: 2,
         ..Config::default()
     };
-    let first = TestApp::spawn_with(&db, on(&nodes[0])).await;
-    let second = on(&nodes[1]).settings(db.url_on(&nodes[1]));
+    let first = on_node(&db, 0, small.clone()).await;
+    let second = small.settings(db.url_on(&nodes[1]));
     let mut second = tokio::spawn(async move {
         ledger::app::Application::build(second, None)
             .await
@@ -902,25 +893,6 @@ async fn an_instance_starting_on_a_lagging_node_sees_the_migrations() {
     assert_eq!(migrations, u64::try_from(embedded).unwrap());
 }
 
-/// `ledger serve` processes, instance `i` given every node starting with node
-/// `i`, with `args`; returns them and their channels.
-async fn serve_on_all_nodes(
-    db: &TestDb,
-    instances: usize,
-    args: &[&str],
-) -> (Vec<LedgerProcess>, Vec<Channel>) {
-    TestApp::spawn(db).await; // migrates, then stops with this handle
-    let mut processes = Vec::new();
-    let mut channels = Vec::new();
-    for i in 0..instances {
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let process = LedgerProcess::serve_urls(&urls_from(db, i), addr, args).await;
-        channels.push(process.channel());
-        processes.push(process);
-    }
-    (processes, channels)
-}
-
 /// Routed by account, 300 concurrent charges on one account through two
 /// instances that prefer two different nodes all go through one node and wait
 /// on its row lock: no conflict exhausts the retries, every call succeeds the
@@ -929,17 +901,8 @@ async fn serve_on_all_nodes(
 #[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
 async fn routed_by_account_a_hot_account_through_two_nodes_answers_every_call() {
     let db = cluster_db();
-    let args = [
-        "--routing",
-        "account",
-        "--pool-size",
-        "8",
-        "--pool-timeout",
-        "30s",
-        "--lock-wait-timeout",
-        "20s",
-    ];
-    let (_instances, channels) = serve_on_all_nodes(&db, 2, &args).await;
+    let args = [&["--routing", "account"][..], &HOT_ACCOUNT_ARGS].concat();
+    let (_instances, channels) = serve(&db, &every_node_from_each(&db, 2), |_| args.clone()).await;
     let start = 1_000_000;
     let account = support::open_funded(
         &mut pb::ledger_client::LedgerClient::new(channels[0].clone()),
@@ -949,24 +912,14 @@ async fn routed_by_account_a_hot_account_through_two_nodes_answers_every_call() 
     )
     .await;
 
-    let barrier = Arc::new(Barrier::new(300));
-    let calls: Vec<_> = (0..300_i64)
-        .map(|n| {
-            let (channel, barrier) = (
-                channels[usize::try_from(n).unwrap() % 2].clone(),
-                barrier.clone(),
-            );
-            tokio::spawn(async move {
-                barrier.wait().await;
-                raw_call(
-                    channel,
-                    "Charge",
-                    charge(&format!("hot-{n}"), account, 1 + n % 7),
-                )
-                .await
-            })
-        })
-        .collect();
+    let calls = at_once(300, &channels, |n, channel| {
+        let n = i64::try_from(n).unwrap();
+        raw_call(
+            channel,
+            "Charge",
+            charge(&format!("hot-{n}"), account, 1 + n % 7),
+        )
+    });
     for call in calls {
         let answer = call.await.unwrap();
         assert!(answer.is_ok(), "every call succeeds: {:?}", answer.err());
@@ -989,17 +942,8 @@ async fn routed_by_account_a_hot_account_through_two_nodes_answers_every_call() 
 async fn routed_by_account_losing_a_node_under_load_loses_nothing() {
     let nodes = nodes();
     let db = cluster_db();
-    let args = [
-        "--routing",
-        "account",
-        "--pool-size",
-        "6",
-        "--lock-wait-timeout",
-        "2s",
-        "--connect-timeout",
-        "120s",
-    ];
-    let (_instances, channels) = serve_on_all_nodes(&db, 3, &args).await;
+    let args = [&["--routing", "account"][..], &NODE_LOSS_ARGS].concat();
+    let (_instances, channels) = serve(&db, &every_node_from_each(&db, 3), |_| args.clone()).await;
     let accounts = open_accounts(&channels[0]).await;
 
     let seed: u64 = rand::random();
@@ -1049,27 +993,18 @@ async fn routed_by_account_losing_a_node_under_load_loses_nothing() {
 
     verify(&db, &accounts, &finals).await;
     for node in &nodes {
-        let report = ledger::audit::audit(&db.url_on(node)).await.unwrap();
-        assert!(report.passed(), "{node}: {report}");
+        assert_audit_passes(&db.url_on(node)).await;
     }
     println!("node loss, routed by account: {}", counters.summary());
 }
 
 /// `ledger_transaction_retries_total{reason="conflict"}` of an instance.
 async fn conflicts_retried(metrics: SocketAddr) -> u64 {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut stream = tokio::net::TcpStream::connect(metrics).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    response
-        .lines()
-        .filter(|l| l.starts_with("ledger_transaction_retries_total{reason=\"conflict\"}"))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-        .sum()
+    let series = scrape(metrics).await;
+    series
+        .get(r#"ledger_transaction_retries_total{reason="conflict"}"#)
+        .copied()
+        .unwrap_or(0)
 }
 
 /// What one workload's calls were answered, and the conflicts retried for them.
@@ -1118,32 +1053,17 @@ async fn measure_conflicts_by_routing() {
 
 async fn measure(routing: &str, workload: &str) -> Tally {
     let db = cluster_db();
-    TestApp::spawn(&db).await;
     let attempts =
         std::env::var("LEDGER_TEST_MEASURE_ATTEMPTS").unwrap_or_else(|_| "10".to_owned());
-    let mut instances = Vec::new();
-    let mut metrics = Vec::new();
-    for i in 0..2 {
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let metrics_addr = format!("127.0.0.1:{}", free_port());
-        let args = [
-            "--routing",
-            routing,
-            "--pool-size",
-            "8",
-            "--pool-timeout",
-            "30s",
-            "--lock-wait-timeout",
-            "20s",
-            "--metrics-listen",
-            &metrics_addr,
-            "--max-attempts",
-            &attempts,
-        ];
-        instances.push(LedgerProcess::serve_urls(&urls_from(&db, i), addr, &args).await);
-        metrics.push(metrics_addr.parse::<SocketAddr>().unwrap());
-    }
-    let channels: Vec<Channel> = instances.iter().map(LedgerProcess::channel).collect();
+    let metrics: Vec<String> = (0..2)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let args = |i: usize| {
+        let measured = ["--metrics-listen", &metrics[i], "--max-attempts", &attempts];
+        [&["--routing", routing][..], &HOT_ACCOUNT_ARGS, &measured].concat()
+    };
+    let (_instances, channels) = serve(&db, &every_node_from_each(&db, 2), args).await;
+    let metrics: Vec<SocketAddr> = metrics.iter().map(|m| m.parse().unwrap()).collect();
     let mut client = pb::ledger_client::LedgerClient::new(channels[0].clone());
     let account = support::open_funded(&mut client, "measure", "USD", 1_000_000).await;
     let mut before = 0;
@@ -1157,17 +1077,10 @@ async fn measure(routing: &str, workload: &str) -> Tally {
         (300, 1)
     };
     let calls = keys * copies;
-    let barrier = Arc::new(Barrier::new(calls));
-    let tasks: Vec<_> = (0..calls)
-        .map(|n| {
-            let (channel, barrier) = (channels[n % 2].clone(), barrier.clone());
-            let key = format!("{workload}-{}", n % keys);
-            tokio::spawn(async move {
-                barrier.wait().await;
-                raw_call(channel, "Charge", charge(&key, account, 3)).await
-            })
-        })
-        .collect();
+    let tasks = at_once(calls, &channels, |n, channel| {
+        let key = format!("{workload}-{}", n % keys);
+        raw_call(channel, "Charge", charge(&key, account, 3))
+    });
     let mut tally = Tally {
         calls: u64::try_from(calls).unwrap(),
         ..Tally::default()

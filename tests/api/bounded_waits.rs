@@ -12,17 +12,13 @@ use crate::support::{Config, HeldCharge, TestApp, TestDb, charge, replayed};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_duplicate_parked_past_the_lock_wait_is_told_to_retry() {
     let db = TestDb::new();
-    let HeldCharge {
-        app,
-        gate,
-        account,
-        original,
-    } = HeldCharge::start(&db, "slow", Duration::from_secs(1)).await;
+    let held = HeldCharge::start(&db, "slow", Duration::from_secs(1)).await;
 
-    let status = app
+    let status = held
+        .app
         .client()
         .await
-        .charge(charge("slow", account, 10))
+        .charge(charge("slow", held.account, 10))
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Aborted);
@@ -32,17 +28,18 @@ async fn a_duplicate_parked_past_the_lock_wait_is_told_to_retry() {
     );
     assert!(status.get_details_retry_info().is_some());
 
-    gate.release();
-    let original = original.await.unwrap().unwrap();
-    assert!(!replayed(original.metadata()));
-    let retry = app
+    held.gate.release();
+    let (original_md, _) = held.original.await.unwrap().unwrap();
+    assert!(!replayed(&original_md));
+    let retry = held
+        .app
         .client()
         .await
-        .charge(charge("slow", account, 10))
+        .charge(charge("slow", held.account, 10))
         .await
         .unwrap();
     assert!(replayed(retry.metadata()));
-    assert_eq!(db.balance(account).await, 90);
+    assert_eq!(db.balance(held.account).await, 90);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -84,17 +81,12 @@ async fn a_charge_on_a_locked_account_is_told_to_retry_and_leaves_no_trace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_callers_deadline_bounds_the_wait_and_nothing_is_recorded() {
     let db = TestDb::new();
-    let HeldCharge {
-        app,
-        gate,
-        account,
-        original,
-    } = HeldCharge::start(&db, "held", Duration::from_secs(30)).await;
+    let held = HeldCharge::start(&db, "held", Duration::from_secs(30)).await;
 
-    let mut request = tonic::Request::new(charge("held", account, 10));
+    let mut request = tonic::Request::new(charge("held", held.account, 10));
     request.set_timeout(Duration::from_secs(1));
     let started = tokio::time::Instant::now();
-    let status = app.client().await.charge(request).await.unwrap_err();
+    let status = held.app.client().await.charge(request).await.unwrap_err();
     let waited = started.elapsed();
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert!(
@@ -102,8 +94,8 @@ async fn the_callers_deadline_bounds_the_wait_and_nothing_is_recorded() {
         "answered after {waited:?}, not the 30 s lock wait"
     );
 
-    gate.release();
-    original.await.unwrap().unwrap();
+    held.gate.release();
+    held.original.await.unwrap().unwrap();
     assert_eq!(db.entries_for_key("held").await, 1);
-    assert_eq!(db.balance(account).await, 90);
+    assert_eq!(db.balance(held.account).await, 90);
 }

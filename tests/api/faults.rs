@@ -10,7 +10,9 @@ use rand::{RngExt as _, SeedableRng as _};
 use tokio::time::Instant;
 use tonic::Code;
 
-use crate::support::{Config, HeldCharge, TestApp, TestDb, charge, replayed, with_deadline};
+use crate::support::{
+    Config, HeldCharge, TestApp, TestDb, assert_audit_passes, charge, replayed, with_deadline,
+};
 
 /// A duplicate behind an original that holds its transaction for 10 s, called with
 /// a 1 s deadline, is answered within about 2 s and leaves no trace; the original
@@ -18,14 +20,9 @@ use crate::support::{Config, HeldCharge, TestApp, TestDb, charge, replayed, with
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_short_deadline_behind_a_long_transaction() {
     let db = TestDb::new();
-    let HeldCharge {
-        app,
-        gate,
-        account,
-        original,
-    } = HeldCharge::start(&db, "long", Duration::from_secs(30)).await;
+    let held = HeldCharge::start(&db, "long", Duration::from_secs(30)).await;
     let release = {
-        let gate = gate.clone();
+        let gate = held.gate.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(10)).await;
             gate.release();
@@ -33,11 +30,12 @@ async fn a_short_deadline_behind_a_long_transaction() {
     };
 
     let started = Instant::now();
-    let status = app
+    let status = held
+        .app
         .client()
         .await
         .charge(with_deadline(
-            charge("long", account, 10),
+            charge("long", held.account, 10),
             Duration::from_secs(1),
         ))
         .await
@@ -55,10 +53,10 @@ async fn a_short_deadline_behind_a_long_transaction() {
     );
 
     release.await.unwrap();
-    let original = original.await.unwrap().unwrap();
-    assert!(!replayed(original.metadata()));
+    let (original_md, _) = held.original.await.unwrap().unwrap();
+    assert!(!replayed(&original_md));
     assert_eq!(db.entries_for_key("long").await, 1);
-    assert_eq!(db.balance(account).await, 90);
+    assert_eq!(db.balance(held.account).await, 90);
 }
 
 /// 1,000 calls abandoned by their client at random points (seeded) leave no
@@ -111,8 +109,7 @@ async fn a_thousand_cancelled_calls_leave_nothing_half_done() {
     println!("answers before the clients gave up: {answers:?}");
 
     db.until_no_open_transactions().await;
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
     let done = db
         .count("SELECT COUNT(*) FROM idempotency_keys WHERE idempotency_key LIKE 'cancel-%'")
         .await;

@@ -10,7 +10,8 @@ use mysql_async::prelude::Queryable as _;
 use tonic::Code;
 
 use crate::support::{
-    Config, Gate, TestApp, TestDb, charge, credit, reason, replayed, transfer, with_deadline,
+    Config, Gate, HeldCharge, TestApp, TestDb, assert_audit_passes, charge, credit, raw_call,
+    reason, replayed, transfer, with_deadline,
 };
 
 type Client = ledger::proto::pb::ledger_client::LedgerClient<tonic::transport::Channel>;
@@ -112,8 +113,7 @@ async fn a_batch_updates_every_account_it_changed() {
                 "{multi_primary:?}: the credit and two legs"
             );
         }
-        let report = ledger::audit::audit(&db.url).await.unwrap();
-        assert!(report.passed(), "{report}");
+        assert_audit_passes(&db.url).await;
     }
 }
 
@@ -167,11 +167,10 @@ async fn a_batch_replays_a_committed_key_beside_new_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_key_in_flight_elsewhere_does_not_hold_the_batch_past_the_lock_wait() {
     let db = TestDb::new();
-    let gate = Gate::new("dup");
-    let elsewhere = TestApp::spawn_with(
+    let elsewhere = HeldCharge::start_with(
         &db,
+        "dup",
         Config {
-            gate: Some(gate.clone()),
             batch_writers: Some(0),
             ..Config::default()
         },
@@ -185,17 +184,13 @@ async fn a_key_in_flight_elsewhere_does_not_hold_the_batch_past_the_lock_wait() 
         },
     )
     .await;
-    let account = app.funded_account("USD", 100).await;
+    let account = elsewhere.account;
     let another = app.funded_account("USD", 0).await;
-    let mut original_client = elsewhere.client().await;
-    let original =
-        tokio::spawn(async move { original_client.charge(charge("dup", account, 30)).await });
-    gate.reached().await;
 
     let mut holder = app.busy_writer(&db).await;
     let mut dup_client = app.client().await;
     let duplicate =
-        tokio::spawn(async move { dup_client.charge(charge("dup", account, 30)).await });
+        tokio::spawn(async move { dup_client.charge(charge("dup", account, 10)).await });
     app.until_queued(1).await;
     let mut other_client = app.client().await;
     let other = tokio::spawn(async move { other_client.credit(credit("other", another, 5)).await });
@@ -206,18 +201,22 @@ async fn a_key_in_flight_elsewhere_does_not_hold_the_batch_past_the_lock_wait() 
         .await
         .unwrap()
         .expect("served while the original is still held");
-    assert!(!original.is_finished(), "the original is still held");
+    assert!(
+        !elsewhere.original.is_finished(),
+        "the original is still held"
+    );
     let waited = duplicate.await.unwrap().unwrap_err();
     assert_eq!(waited.code(), Code::Aborted, "{waited:?}");
     assert_eq!(reason(&waited), "IDEMPOTENCY_KEY_IN_PROGRESS");
 
-    gate.release();
-    let first = original.await.unwrap().unwrap();
-    let mut client = app.client().await;
-    let replay = client.charge(charge("dup", account, 30)).await.unwrap();
-    assert!(replayed(replay.metadata()));
-    assert_eq!(replay.into_inner(), first.into_inner());
-    assert_eq!(db.balance(account).await, 70);
+    elsewhere.gate.release();
+    let (_, first) = elsewhere.original.await.unwrap().unwrap();
+    let (replay_md, replay) = raw_call(app.channel().await, "Charge", charge("dup", account, 10))
+        .await
+        .unwrap();
+    assert!(replayed(&replay_md));
+    assert_eq!(replay, first);
+    assert_eq!(db.balance(account).await, 90);
     assert_eq!(db.balance(another).await, 5);
 }
 
@@ -268,8 +267,7 @@ async fn a_caller_gone_mid_batch_costs_the_others_nothing() {
     db.until_no_open_transactions().await;
     assert_eq!(db.key_rows("late").await, 0, "no row without an outcome");
     assert_eq!(db.balance(account).await, 70);
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 /// A batch that deadlocks is rolled back whole and retried whole: a transaction

@@ -1,16 +1,14 @@
 //! Holds: money reserved until captured, voided or expired; every debit respects
 //! it, a hold is resolved at most once, and expiry is exact.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use ledger::proto::pb;
-use tokio::sync::Barrier;
 use tonic::Code;
 
 use crate::support::{
-    Config, Gate, TestApp, TestDb, capture, charge, info, place_hold, raw_call, reason, refund,
-    replayed, transfer, until_waiting, void,
+    Config, Gate, HeldStorm, TestApp, TestDb, assert_audit_passes, assert_one_did_the_work,
+    at_once, capture, charge, info, place_hold, raw_call, reason, refund, replayed, transfer, void,
 };
 
 type Client = pb::ledger_client::LedgerClient<tonic::transport::Channel>;
@@ -109,8 +107,7 @@ async fn held_money_is_spoken_for_and_a_capture_takes_part_of_it() {
         .unwrap_err();
     assert_eq!(reason(&status), "REFUND_EXCEEDS_CHARGE");
     assert_eq!(account(&mut c, id).await.balance, 70);
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 /// A 2 s hold: it reserves until `expires_at`; 0.3 s after, with nothing having
@@ -156,8 +153,7 @@ async fn a_hold_expires_at_the_instant_its_time_runs_out() {
     c.charge(charge("all", id, 100))
         .await
         .expect("the whole balance is available");
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 /// A capture held before its COMMIT while a void of the same hold (another key,
@@ -214,8 +210,7 @@ async fn a_capture_and_a_void_racing_leave_one_winner() {
         assert_eq!(info(&status, "state").as_deref(), Some(state));
         let expected_balance = if capture_first { 60 } else { 100 };
         assert_eq!(db.balance(id).await, expected_balance);
-        let report = ledger::audit::audit(&db.url).await.unwrap();
-        assert!(report.passed(), "{report}");
+        assert_audit_passes(&db.url).await;
     }
 }
 
@@ -233,26 +228,17 @@ async fn racing_resolutions_have_one_winner_per_hold() {
     let mut captured = 0;
     for round in 0..30 {
         let h = placed(&mut c, &format!("h{round}"), id, 100, MINUTE).await;
-        let barrier = Arc::new(Barrier::new(3));
-        let calls: Vec<_> = (0..3)
-            .map(|i| {
-                let (channel, barrier) = (channels[i % 2].clone(), barrier.clone());
-                let key = format!("r{round}-{i}");
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    if i == 2 {
-                        raw_call(channel, "VoidHold", void(&key, h.hold_id)).await
-                    } else {
-                        raw_call(
-                            channel,
-                            "CaptureHold",
-                            capture(&key, h.hold_id, 30 + 10 * i64::try_from(i).unwrap()),
-                        )
-                        .await
-                    }
-                })
-            })
-            .collect();
+        let calls = at_once(3, &channels, |i, channel| {
+            let (key, hold_id) = (format!("r{round}-{i}"), h.hold_id);
+            async move {
+                if i == 2 {
+                    raw_call(channel, "VoidHold", void(&key, hold_id)).await
+                } else {
+                    let amount = 30 + 10 * i64::try_from(i).unwrap();
+                    raw_call(channel, "CaptureHold", capture(&key, hold_id, amount)).await
+                }
+            }
+        });
         let mut winners = 0;
         let mut states = Vec::new();
         for call in calls {
@@ -275,8 +261,7 @@ async fn racing_resolutions_have_one_winner_per_hold() {
         }
     }
     assert_eq!(db.balance(id).await, 1_000_000 - captured);
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 /// 32 identical PlaceHolds through two instances, the first held before COMMIT
@@ -284,37 +269,17 @@ async fn racing_resolutions_have_one_winner_per_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_identical_holds_place_one() {
     let db = TestDb::new();
-    let gate = Gate::new("hold");
     let config = Config {
         pool_size: 20,
-        gate: Some(gate.clone()),
         ..Config::default()
     };
-    let a = TestApp::spawn_with(&db, config.clone()).await;
-    let b = TestApp::spawn_with(&db, config).await;
-    let id = a.funded_account("USD", 100).await;
-    let channels = [a.channel().await, b.channel().await];
-    let barrier = Arc::new(Barrier::new(32));
-    let calls: Vec<_> = (0..32)
-        .map(|i| {
-            let (channel, barrier) = (channels[i % 2].clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                raw_call(channel, "PlaceHold", place_hold("hold", id, 80, MINUTE)).await
-            })
-        })
-        .collect();
-    gate.reached().await;
-    until_waiting(&db, &[&a, &b], 31).await;
-    gate.release();
-    let mut replies = Vec::new();
-    for call in calls {
-        replies.push(call.await.unwrap().expect("every call succeeds"));
-    }
-    assert_eq!(replies.iter().filter(|(md, _)| !replayed(md)).count(), 1);
-    assert!(replies.iter().all(|(_, body)| *body == replies[0].1));
+    let storm = HeldStorm::start(&db, "hold", config).await;
+    let id = storm.a.funded_account("USD", 100).await;
+    let request = place_hold("hold", id, 80, MINUTE);
+    let replies = storm.run(&db, 32, "PlaceHold", request).await;
+    assert_one_did_the_work(&replies, "32 identical holds");
     assert_eq!(db.count("SELECT COUNT(*) FROM holds").await, 1);
-    let a_account = account(&mut a.client().await, id).await;
+    let a_account = account(&mut storm.a.client().await, id).await;
     assert_eq!((a_account.held, a_account.available), (80, 20));
 }
 

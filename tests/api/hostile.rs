@@ -10,7 +10,7 @@ use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 use tonic::Code;
 use tonic_types::StatusExt as _;
 
-use crate::support::{TestApp, TestDb, raw_call};
+use crate::support::{TestApp, TestDb, assert_audit_passes, raw_call};
 
 /// The codes the contract documents for a request's own faults and outcomes.
 const DOCUMENTED: &[Code] = &[
@@ -175,8 +175,7 @@ async fn arbitrary_requests_get_documented_answers() {
         })
     });
     outcome.unwrap();
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@ use ledger::proto::pb;
 use tonic::Code;
 
 use crate::support::{
-    Config, Gate, TestApp, TestDb, capture, charge, credit, place_hold, raw_call, reason, refund,
+    Config, HeldCharge, TestApp, TestDb, capture, charge, credit, place_hold, reason, refund,
     transfer, void,
 };
 
@@ -22,29 +22,14 @@ fn lookup(key: &str) -> pb::LookupKeyRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lookup_waits_for_the_operation_in_flight() {
     let db = TestDb::new();
-    let gate = Gate::new("in-flight");
-    let app = TestApp::spawn_with(
-        &db,
-        Config {
-            gate: Some(gate.clone()),
-            ..Config::default()
-        },
-    )
-    .await;
-    let account = app.funded_account("USD", 100).await;
-    let original = tokio::spawn(raw_call(
-        app.channel().await,
-        "Charge",
-        charge("in-flight", account, 30),
-    ));
-    gate.reached().await;
-    let mut client = app.client().await;
+    let held = HeldCharge::start_with(&db, "in-flight", Config::default()).await;
+    let mut client = held.app.client().await;
     let looked = tokio::spawn(async move { client.lookup_key(lookup("in-flight")).await });
     db.until_waiting_on("key lookups", 1).await;
     assert!(!looked.is_finished(), "the lookup waits for the original");
-    gate.release();
+    held.gate.release();
 
-    let (_, reply) = original.await.unwrap().unwrap();
+    let (_, reply) = held.original.await.unwrap().unwrap();
     let record = looked.await.unwrap().expect("found").into_inner();
     assert_eq!(record.idempotency_key, "in-flight");
     assert_eq!(record.method, "/ledger.v1.Ledger/Charge");
@@ -61,33 +46,18 @@ async fn a_lookup_waits_for_the_operation_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lookup_of_a_rolled_back_original_finds_nothing() {
     let db = TestDb::new();
-    let gate = Gate::new("gone");
-    let app = TestApp::spawn_with(
-        &db,
-        Config {
-            gate: Some(gate.clone()),
-            ..Config::default()
-        },
-    )
-    .await;
-    let account = app.funded_account("USD", 100).await;
-    let original = tokio::spawn(raw_call(
-        app.channel().await,
-        "Charge",
-        charge("gone", account, 30),
-    ));
-    gate.reached().await;
-    let mut client = app.client().await;
+    let held = HeldCharge::start_with(&db, "gone", Config::default()).await;
+    let mut client = held.app.client().await;
     let looked = tokio::spawn(async move { client.lookup_key(lookup("gone")).await });
     db.until_waiting_on("key lookups", 1).await;
-    original.abort();
+    held.original.abort();
     let status = looked.await.unwrap().unwrap_err();
     assert_eq!(
         (status.code(), reason(&status).as_str()),
         (Code::NotFound, "KEY_NOT_FOUND")
     );
     assert_eq!(db.key_rows("gone").await, 0);
-    assert_eq!(db.balance(account).await, 100);
+    assert_eq!(db.balance(held.account).await, 100);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

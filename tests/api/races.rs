@@ -1,25 +1,11 @@
 //! Storms of concurrent duplicates, across two instances on one database.
 
-use std::sync::Arc;
-
 use ledger::proto::pb;
-use tokio::sync::Barrier;
-use tokio::time::Duration;
 
-use crate::support::{Config, Gate, TestApp, TestDb, charge, raw_call, replayed, until_waiting};
-
-/// Pools sized so the 64-call storm has a connection for every call (the 63
-/// parked duplicates and the held original) while two storm tests running side
-/// by side stay under the server's default 151 connections.
-fn storm_config(gate: Option<Gate>) -> Config {
-    Config {
-        pool_size: 34,
-        lock_wait: Duration::from_secs(60),
-        pool_timeout: Duration::from_secs(60),
-        gate,
-        ..Config::default()
-    }
-}
+use crate::support::{
+    Config, HeldCharge, HeldStorm, TestApp, TestDb, assert_one_did_the_work, at_once, charge,
+    raw_call, storm_config, until_waiting,
+};
 
 /// 64 identical charges at once through two instances. The first to claim the key
 /// is held before COMMIT until the other 63 wait behind it (parked on its row, or
@@ -28,37 +14,13 @@ fn storm_config(gate: Option<Gate>) -> Config {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_identical_charges_debit_once() {
     let db = TestDb::new();
-    let gate = Gate::new("storm");
-    let a = TestApp::spawn_with(&db, storm_config(Some(gate.clone()))).await;
-    let b = TestApp::spawn_with(&db, storm_config(Some(gate.clone()))).await;
-    let account = a.funded_account("USD", 1_000).await;
-    let channels = [a.channel().await, b.channel().await];
+    let storm = HeldStorm::start(&db, "storm", storm_config()).await;
+    let account = storm.a.funded_account("USD", 1_000).await;
 
-    let barrier = Arc::new(Barrier::new(64));
-    let calls: Vec<_> = (0..64)
-        .map(|i| {
-            let channel = channels[i % 2].clone();
-            let barrier = barrier.clone();
-            tokio::spawn(async move {
-                barrier.wait().await;
-                raw_call(channel, "Charge", charge("storm", account, 7)).await
-            })
-        })
-        .collect();
-    gate.reached().await;
-    until_waiting(&db, &[&a, &b], 63).await;
-    gate.release();
-
-    let mut replies = Vec::new();
-    for call in calls {
-        replies.push(call.await.unwrap().expect("every call succeeds"));
-    }
-    let fresh = replies.iter().filter(|(md, _)| !replayed(md)).count();
-    assert_eq!(fresh, 1, "exactly one call did the work");
-    assert!(
-        replies.iter().all(|(_, body)| *body == replies[0].1),
-        "64 identical replies"
-    );
+    let replies = storm
+        .run(&db, 64, "Charge", charge("storm", account, 7))
+        .await;
+    assert_one_did_the_work(&replies, "64 identical charges");
     assert_eq!(db.entries_for_key("storm").await, 1);
     assert_eq!(db.balance(account).await, 993);
 }
@@ -70,7 +32,7 @@ async fn twenty_keys_times_sixteen_duplicates_on_one_account() {
     // Fewer connections than calls: most calls also queue for the pool.
     let config = Config {
         pool_size: 16,
-        ..storm_config(None)
+        ..storm_config()
     };
     let a = TestApp::spawn_with(&db, config.clone()).await;
     let b = TestApp::spawn_with(&db, config).await;
@@ -78,37 +40,23 @@ async fn twenty_keys_times_sixteen_duplicates_on_one_account() {
     let account = a.funded_account("USD", start).await;
     let channels = [a.channel().await, b.channel().await];
 
+    // Call n is duplicate n % 16 of key n / 16: each key's copies alternate
+    // between the two instances.
     let amount = |k: i64| 10 + k;
-    let barrier = Arc::new(Barrier::new(20 * 16));
-    let mut calls = Vec::new();
-    for k in 0..20_i64 {
-        for d in 0..16 {
-            let channel = channels[d % 2].clone();
-            let barrier = barrier.clone();
-            calls.push((
-                k,
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    let request = charge(&format!("hot-{k}"), account, amount(k));
-                    raw_call(channel, "Charge", request).await
-                }),
-            ));
-        }
-    }
+    let calls = at_once(20 * 16, &channels, |n, channel| {
+        let k = i64::try_from(n / 16).unwrap();
+        raw_call(
+            channel,
+            "Charge",
+            charge(&format!("hot-{k}"), account, amount(k)),
+        )
+    });
     let mut by_key: Vec<Vec<_>> = vec![Vec::new(); 20];
-    for (k, call) in calls {
-        by_key[usize::try_from(k).unwrap()].push(call.await.unwrap().expect("call succeeds"));
+    for (n, call) in calls.into_iter().enumerate() {
+        by_key[n / 16].push(call.await.unwrap().expect("call succeeds"));
     }
     for (k, replies) in by_key.iter().enumerate() {
-        assert_eq!(
-            replies.iter().filter(|(md, _)| !replayed(md)).count(),
-            1,
-            "key {k}"
-        );
-        assert!(
-            replies.iter().all(|(_, body)| *body == replies[0].1),
-            "key {k}"
-        );
+        assert_one_did_the_work(replies, &format!("key {k}"));
         let entry = <pb::ChargeReply as prost::Message>::decode(replies[0].1.clone())
             .unwrap()
             .entry
@@ -129,12 +77,12 @@ async fn twenty_keys_times_sixteen_duplicates_on_one_account() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_duplicates_of_a_rolled_back_original_charge_once() {
     let db = TestDb::new();
-    let gate = Gate::new("rb");
-    let a = TestApp::spawn_with(
+    let held = HeldCharge::start_with(
         &db,
+        "rb",
         Config {
             pool_size: 4,
-            ..storm_config(Some(gate.clone()))
+            ..storm_config()
         },
     )
     .await;
@@ -142,37 +90,29 @@ async fn many_duplicates_of_a_rolled_back_original_charge_once() {
         &db,
         Config {
             pool_size: 10,
-            ..storm_config(None)
+            ..storm_config()
         },
     )
     .await;
-    let account = a.funded_account("USD", 100).await;
 
-    let original = tokio::spawn(raw_call(
-        a.channel().await,
-        "Charge",
-        charge("rb", account, 40),
-    ));
-    gate.reached().await;
     let channel = b.channel().await;
     let duplicates: Vec<_> = (0..8)
         .map(|_| {
             tokio::spawn(raw_call(
                 channel.clone(),
                 "Charge",
-                charge("rb", account, 40),
+                charge("rb", held.account, 10),
             ))
         })
         .collect();
-    until_waiting(&db, &[&a, &b], 8).await;
-    original.abort();
+    until_waiting(&db, &[&held.app, &b], 8).await;
+    held.original.abort();
 
     let mut replies = Vec::new();
     for d in duplicates {
         replies.push(d.await.unwrap().expect("every duplicate succeeds"));
     }
-    assert_eq!(replies.iter().filter(|(md, _)| !replayed(md)).count(), 1);
-    assert!(replies.iter().all(|(_, body)| *body == replies[0].1));
-    assert_eq!(db.balance(account).await, 60);
+    assert_one_did_the_work(&replies, "8 duplicates of a rolled-back original");
+    assert_eq!(db.balance(held.account).await, 90);
     assert_eq!(db.entries_for_key("rb").await, 1);
 }

@@ -7,7 +7,9 @@ use ledger::proto::pb;
 use tokio::sync::Barrier;
 use tonic::Code;
 
-use crate::support::{Config, TestApp, TestDb, charge, info, reason, refund, replayed};
+use crate::support::{
+    Config, TestApp, TestDb, assert_audit_passes, charge, info, reason, refund, replayed,
+};
 
 /// A charge's entry id on a fresh account.
 async fn charged(app: &TestApp, balance: i64, amount: i64) -> (u64, u64) {
@@ -74,8 +76,7 @@ async fn eight_concurrent_refunds_of_thirty_on_a_hundred_three_succeed() {
             .await,
         3
     );
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 use crate::support::{
-    Config, TestApp, TestDb, capture, charge, credit, info, place_hold, raw_call, reason, replayed,
-    transfer, void,
+    Config, TestApp, TestDb, assert_audit_passes, capture, charge, credit, info, place_hold,
+    raw_call, reason, replayed, transfer, void,
 };
 
 type Client = pb::ledger_client::LedgerClient<tonic::transport::Channel>;
@@ -89,8 +89,7 @@ async fn a_purged_charge_is_refused_and_never_charged_again() {
     // A different request under the purged key is refused the same way.
     let other = c.charge(charge("ride-1", id, 5)).await.unwrap_err();
     assert_expired(&other, "Charge");
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,8 +169,7 @@ async fn purged_hold_and_account_keys_are_refused() {
     assert_eq!((after.balance, after.held), (70, 0));
     assert_eq!(db.count("SELECT COUNT(*) FROM holds").await, 2);
     assert_eq!(db.count("SELECT COUNT(*) FROM accounts").await, accounts);
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 /// A declined call changed nothing, so once its key is purged a retry is a new
@@ -280,8 +278,7 @@ async fn a_purge_during_a_storm_changes_no_answer() {
         db.balance(id).await,
         1_000_000 - i64::try_from(charged).unwrap()
     );
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 /// Before effects carried keys, an opened account's and a voided hold's key rows

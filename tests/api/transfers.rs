@@ -1,27 +1,14 @@
 //! Transfers: two entries committed together, exactly once under their key, and
 //! no deadlock whichever way money moves between two accounts.
 
-use std::sync::Arc;
-
 use ledger::proto::pb;
 use prost::Message as _;
-use tokio::sync::Barrier;
-use tokio::time::Duration;
 use tonic::Code;
 
 use crate::support::{
-    Config, Gate, TestApp, TestDb, raw_call, reason, replayed, transfer, until_waiting,
+    Config, HeldStorm, TestApp, TestDb, assert_audit_passes, assert_one_did_the_work, at_once,
+    raw_call, reason, replayed, storm_config, transfer,
 };
-
-fn storm_config(gate: Option<Gate>) -> Config {
-    Config {
-        pool_size: 34,
-        lock_wait: Duration::from_secs(60),
-        pool_timeout: Duration::from_secs(60),
-        gate,
-        ..Config::default()
-    }
-}
 
 /// 64 identical Transfers through two instances, the first held before COMMIT
 /// until the other 63 are parked on its key: one debit, one credit, 64 identical
@@ -29,33 +16,13 @@ fn storm_config(gate: Option<Gate>) -> Config {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_identical_transfers_move_money_once() {
     let db = TestDb::new();
-    let gate = Gate::new("xfer");
-    let a = TestApp::spawn_with(&db, storm_config(Some(gate.clone()))).await;
-    let b = TestApp::spawn_with(&db, storm_config(Some(gate.clone()))).await;
-    let from = a.funded_account("USD", 1_000).await;
-    let to = a.funded_account("USD", 0).await;
-    let channels = [a.channel().await, b.channel().await];
+    let storm = HeldStorm::start(&db, "xfer", storm_config()).await;
+    let from = storm.a.funded_account("USD", 1_000).await;
+    let to = storm.a.funded_account("USD", 0).await;
 
-    let barrier = Arc::new(Barrier::new(64));
-    let calls: Vec<_> = (0..64)
-        .map(|i| {
-            let (channel, barrier) = (channels[i % 2].clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                raw_call(channel, "Transfer", transfer("xfer", from, to, 250)).await
-            })
-        })
-        .collect();
-    gate.reached().await;
-    until_waiting(&db, &[&a, &b], 63).await;
-    gate.release();
-
-    let mut replies = Vec::new();
-    for call in calls {
-        replies.push(call.await.unwrap().expect("every call succeeds"));
-    }
-    assert_eq!(replies.iter().filter(|(md, _)| !replayed(md)).count(), 1);
-    assert!(replies.iter().all(|(_, body)| *body == replies[0].1));
+    let request = transfer("xfer", from, to, 250);
+    let replies = storm.run(&db, 64, "Transfer", request).await;
+    assert_one_did_the_work(&replies, "64 identical transfers");
     let reply = pb::TransferReply::decode(replies[0].1.clone()).unwrap();
     let (debit, credit) = (reply.debit.unwrap(), reply.credit.unwrap());
     assert_eq!(
@@ -89,7 +56,7 @@ async fn three_hundred_transfers_both_ways_never_deadlock() {
     let config = Config {
         pool_size: 16,
         max_attempts: Some(1),
-        ..storm_config(None)
+        ..storm_config()
     };
     let first = TestApp::spawn_with(&db, config.clone()).await;
     let second = TestApp::spawn_with(&db, config).await;
@@ -97,21 +64,15 @@ async fn three_hundred_transfers_both_ways_never_deadlock() {
     let y = first.funded_account("USD", 100_000).await;
     let channels = [first.channel().await, second.channel().await];
 
-    let barrier = Arc::new(Barrier::new(300));
-    let calls: Vec<_> = (0..300_i64)
-        .map(|i| {
-            let (channel, barrier) = (
-                channels[usize::try_from(i % 2).unwrap()].clone(),
-                barrier.clone(),
-            );
-            let (from, to) = if i % 3 == 0 { (y, x) } else { (x, y) };
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let request = transfer(&format!("t{i}"), from, to, 1 + i);
-                raw_call(channel, "Transfer", request).await
-            })
-        })
-        .collect();
+    let calls = at_once(300, &channels, |i, channel| {
+        let i = i64::try_from(i).unwrap();
+        let (from, to) = if i % 3 == 0 { (y, x) } else { (x, y) };
+        raw_call(
+            channel,
+            "Transfer",
+            transfer(&format!("t{i}"), from, to, 1 + i),
+        )
+    });
     let mut net_to_y = 0;
     for (i, call) in calls.into_iter().enumerate() {
         call.await.unwrap().expect("no error reaches a caller");
@@ -125,8 +86,7 @@ async fn three_hundred_transfers_both_ways_never_deadlock() {
             .await,
         600
     );
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,8 +14,8 @@ use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::support::proxy::Proxy;
 use crate::support::{
-    Config, TestApp, TestDb, charge, reason, replayed, run_ledger, token_line, until_health,
-    until_in_flight, with_deadline, with_token,
+    Config, TestApp, TestDb, assert_audit_passes, charge, reason, replayed, run_ledger, token_line,
+    until_health, until_in_flight, with_deadline, with_token,
 };
 
 const NOTHING: &str = "nothing was recorded";
@@ -155,8 +155,7 @@ async fn a_silent_database_is_answered_for_and_recovered_from() {
             }
         }
     }
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 }
 
 /// An account with every privilege the service needs to serve (the self-check's

@@ -5,14 +5,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::FutureExt as _;
 use ledger::db::{BeforeCommit, BeforeCommitEvent};
-use ledger::proto::pb;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::metadata::MetadataMap;
 
 use super::app::{Config, TestApp};
 use super::server::TestDb;
-use super::wire::charge;
+use super::wire::{charge, raw_call};
 
 /// Holds the first new-key transaction for `key` open before COMMIT until
 /// released, or until its call is abandoned. Later transactions pass straight
@@ -76,28 +78,41 @@ impl Gate {
 }
 
 /// A Charge of 10 (key `key`) on a fresh account holding 100, held before its
-/// COMMIT by a gate until released, on an instance with the given lock wait.
+/// COMMIT by a gate until released, on an instance of its own.
 pub struct HeldCharge {
     pub app: TestApp,
     pub gate: Gate,
     pub account: u64,
-    pub original: tokio::task::JoinHandle<Result<tonic::Response<pb::ChargeReply>, tonic::Status>>,
+    /// The charge's answer, its reply as the raw bytes on the wire.
+    pub original: JoinHandle<Result<(MetadataMap, Bytes), tonic::Status>>,
 }
 
 impl HeldCharge {
-    /// Returns once the charge is at the gate, past its probe and its debit.
+    /// On an instance with the given lock wait; returns once the charge is at the
+    /// gate, past its probe and its debit.
     pub async fn start(db: &TestDb, key: &str, lock_wait: Duration) -> Self {
-        let gate = Gate::new(key);
         let config = Config {
             lock_wait,
-            gate: Some(gate.clone()),
             ..Config::default()
+        };
+        Self::start_with(db, key, config).await
+    }
+
+    /// On an instance with `config` and the gate; returns once the charge is at
+    /// the gate.
+    pub async fn start_with(db: &TestDb, key: &str, config: Config) -> Self {
+        let gate = Gate::new(key);
+        let config = Config {
+            gate: Some(gate.clone()),
+            ..config
         };
         let app = TestApp::spawn_with(db, config).await;
         let account = app.funded_account("USD", 100).await;
-        let mut client = app.client().await;
-        let request = charge(key, account, 10);
-        let original = tokio::spawn(async move { client.charge(request).await });
+        let original = tokio::spawn(raw_call(
+            app.channel().await,
+            "Charge",
+            charge(key, account, 10),
+        ));
         gate.reached().await;
         Self {
             app,

@@ -5,7 +5,8 @@
 //! - `gate`: holding a transaction open before its COMMIT;
 //! - `wire`: request builders, raw replies, the replay marker;
 //! - `process`: the `ledger` binary as separate processes;
-//! - `proxy`: a TCP proxy that black-holes the database or cuts a connection.
+//! - `proxy`: a TCP proxy that black-holes the database or cuts a connection;
+//! - `storm`: many calls released at once, and the check their replies pass.
 //!
 //! Each test binary uses a part of it.
 
@@ -21,12 +22,14 @@ pub mod gate;
 pub mod process;
 pub mod proxy;
 pub mod server;
+pub mod storm;
 pub mod wire;
 
 pub use app::{Config, TestApp, open_funded, until_in_flight, until_waiting};
 pub use gate::{Gate, HeldCharge};
 pub use process::{LedgerProcess, free_port, run_ledger, until_health};
-pub use server::{TestDb, assert_each_key_charged_once, server_url};
+pub use server::{TestDb, assert_audit_passes, assert_each_key_charged_once, server_url};
+pub use storm::{HeldStorm, RawReply, assert_one_did_the_work, at_once, storm_config};
 pub use wire::{
     Bearer, capture, charge, credit, info, place_hold, raw_call, reason, refund, replayed, scrape,
     token_line, transfer, void, with_deadline, with_token,

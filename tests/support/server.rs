@@ -386,6 +386,12 @@ async fn is_mariadb(conn: &mut mysql_async::Conn) -> bool {
     version.contains("MariaDB")
 }
 
+/// `ledger audit`'s checks find nothing wrong in the database at `url`.
+pub async fn assert_audit_passes(url: &str) {
+    let report = ledger::audit::audit(url).await.unwrap();
+    assert!(report.passed(), "{url}: {report}");
+}
+
 /// Every key in `charged` (key -> amount) debited the account exactly once, and
 /// nothing else did.
 pub async fn assert_each_key_charged_once(

@@ -17,7 +17,7 @@ use rand::{RngExt as _, SeedableRng as _};
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::support::{self, TestDb};
+use crate::support::{self, TestDb, assert_audit_passes};
 
 pub const ACCOUNTS: u64 = 8;
 pub const OPENING_BALANCE: i64 = 20_000;
@@ -374,8 +374,7 @@ async fn send(channel: Channel, request: &Request) -> Result<Final, tonic::Statu
 /// entries its reply named and no declined key wrote any, every hold they saw
 /// placed exists, and every balance equals the clients' model.
 pub async fn verify(db: &TestDb, accounts: &[u64], finals: &BTreeMap<String, Final>) {
-    let report = ledger::audit::audit(&db.url).await.unwrap();
-    assert!(report.passed(), "{report}");
+    assert_audit_passes(&db.url).await;
 
     let mut conn = db.sql().await;
     let rows: Vec<(Vec<u8>, u64)> = conn
