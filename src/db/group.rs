@@ -5,8 +5,8 @@
 //! Batching is natural: each writer serves the calls of a share of the accounts
 //! (by account id) and takes every call waiting when it becomes free (up to
 //! [`MAX_BATCH`]); an idle service runs each call at once, alone. All the calls on
-//! a hot account meet in one writer's queue, and share its COMMITs. A batch's transaction is the one of `keyed`, for many
-//! keys:
+//! a hot account meet in one writer's queue, and share its COMMITs. A batch's
+//! transaction is the one a lone call runs (`attempt`), for many keys:
 //!
 //! ```text
 //! INSERT INTO idempotency_keys VALUES (k1), (k2), ... ON DUPLICATE KEY UPDATE ...   (keys sorted)
@@ -37,15 +37,14 @@ use std::time::Duration;
 use futures::FutureExt as _;
 use tokio::sync::{mpsc, oneshot};
 
-use super::failure::{AttemptError, Failure};
-use super::idempotency::{self, BatchKeyRow};
+use super::Persistence;
+use super::attempt::{self, Calling, Mode};
+use super::failure::AttemptError;
 use super::keyed::{self, LockWait, checkout};
-use super::tx::{Committed, Tx};
-use super::writes::{self, KeyOutcome};
-use super::{Persistence, effects, load};
+use super::tx::Tx;
 use crate::call::Call;
 use crate::error::Error;
-use crate::ledger::{Fingerprint, KeyedOutcome, Refusal, ScopedKey, StoredOutcome};
+use crate::ledger::{Fingerprint, KeyedOutcome, ScopedKey};
 use crate::ops::Command;
 use crate::telemetry::metrics;
 
@@ -353,233 +352,41 @@ async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<Keyed
     let node = db.inner.keyed.choose(&route);
     let pool = node.pool();
     let tightest = tightest(members.iter().map(|m| &m.call)).unwrap_or(&first.call);
+    let calls: Vec<Calling<'_>> = members
+        .iter()
+        .map(|m| Calling {
+            call: &m.call,
+            key: &m.key,
+            command: &m.command,
+            fingerprint: &m.fingerprint,
+        })
+        .collect();
     let result = async {
         let mut conn = checkout(pool, tightest).await?;
         let lock_wait =
             LockWait::lower(&mut conn, pool, tightest, db.inner.limits.lock_wait).await?;
         // Read after checkout, it covers the connection checked out.
-        let batch = Persistence::batch(pool);
+        let mode = Mode {
+            batch: Persistence::batch(pool),
+            prove_unused: false,
+        };
         let tx = Tx::new(&mut conn, pool, lock_wait.duration());
-        let result = transaction(db, tx, batch, members).await;
+        let result = attempt::transaction(db, tx, mode, &calls).await;
         lock_wait.restore(&mut conn, pool).await;
         result
     }
     .await;
-    if let Err(Attempt(AttemptError::ConnectionLost(_) | AttemptError::Silent(_))) = &result {
+    if let Err(AttemptError::ConnectionLost(_) | AttemptError::Silent(_)) = &result {
         pool.report_lost();
         db.inner.keyed.pass_over(node);
     }
-    result.map_err(|Attempt(e)| Split::from(e))
+    result.map_err(Split::from)
 }
 
 /// The call with the least time left, which bounds the batch's waits; a call
 /// without a deadline has the most.
 fn tightest<'a>(calls: impl Iterator<Item = &'a Call>) -> Option<&'a Call> {
     calls.min_by_key(|call| call.remaining().unwrap_or(Duration::MAX))
-}
-
-/// A failed attempt at a batch, before it is turned into what to do next.
-struct Attempt(AttemptError);
-
-impl From<AttemptError> for Attempt {
-    fn from(e: AttemptError) -> Self {
-        Self(e)
-    }
-}
-
-async fn transaction(
-    db: &Persistence,
-    mut tx: Tx<'_>,
-    batch_kind: writes::Batch,
-    members: &[Member],
-) -> Result<Vec<KeyedOutcome>, Attempt> {
-    let rows = match claim(&mut tx, members).await {
-        Ok(rows) => rows,
-        Err(failure) => return Err(tx.fail(failure).await.into()),
-    };
-    let mut found = Vec::with_capacity(members.len());
-    for member in members {
-        let Some(rows) = &rows else {
-            member.call.settled_nothing();
-            found.push(Found::New);
-            continue;
-        };
-        let Some(row) = rows.iter().find(|r| r.is(&member.key)) else {
-            return Err(tx
-                .fail(Error::internal("a probed key has no row").into())
-                .await
-                .into());
-        };
-        found.push(match row.row.outcome() {
-            None => {
-                // The key was free: whatever an earlier attempt's COMMIT did, it
-                // did not commit.
-                member.call.settled_nothing();
-                Found::New
-            }
-            Some(_) if !row.row.binds(member.command.method(), &member.fingerprint) => {
-                Found::Reused
-            }
-            Some(stored) => Found::Replay(stored),
-        });
-    }
-    let decided = match decide(db, &mut tx, batch_kind, members, &found).await {
-        Ok(decided) => decided,
-        Err(failure) => return Err(tx.fail(failure).await.into()),
-    };
-    let Decided { outcomes, batch } = decided;
-    let fresh: Vec<&Member> = members
-        .iter()
-        .zip(&found)
-        .filter(|(_, f)| matches!(f, Found::New))
-        .map(|(m, _)| m)
-        .collect();
-    for member in &fresh {
-        keyed::before_commit(db, &member.call, &member.key, &member.command).await;
-    }
-    for (i, member) in fresh.iter().enumerate() {
-        if member.call.begin_commit().is_err() {
-            for committing in fresh.iter().take(i) {
-                committing.call.end_commit();
-            }
-            return Err(tx.fail(Failure::Final(Error::Cancelled)).await.into());
-        }
-    }
-    match tx
-        .commit(&batch, batch_kind == writes::Batch::Guarded)
-        .await
-    {
-        Committed::Yes => Ok(members
-            .iter()
-            .zip(found)
-            .zip(outcomes)
-            .map(|((_, found), outcome)| KeyedOutcome {
-                outcome,
-                replayed: !matches!(found, Found::New),
-            })
-            .collect()),
-        Committed::No(failure) => {
-            for member in &fresh {
-                member.call.end_commit();
-            }
-            Err(failure.into())
-        }
-        Committed::Unknown(failure) => {
-            for member in &fresh {
-                member.call.commit_unknown();
-            }
-            // Whatever the failure, every member settles through its key.
-            Err(Attempt(match failure {
-                lost @ (AttemptError::ConnectionLost(_) | AttemptError::Silent(_)) => lost,
-                other => AttemptError::Unsettled(format!("{other:?}")),
-            }))
-        }
-    }
-}
-
-/// What the batch found under a member's key.
-enum Found {
-    New,
-    Replay(StoredOutcome),
-    /// The key was first used for a different request.
-    Reused,
-}
-
-/// Claims the members' keys (their keys are distinct). When the probe inserted a
-/// row for every key, all are new and nothing needs reading back (`None`);
-/// otherwise the key rows, read under lock.
-async fn claim(tx: &mut Tx<'_>, members: &[Member]) -> Result<Option<Vec<BatchKeyRow>>, Failure> {
-    let mut keys: Vec<_> = members
-        .iter()
-        .map(|m| (&m.key, m.command.method(), &m.fingerprint))
-        .collect();
-    keys.sort_by(|a, b| {
-        (a.0.namespace.as_str(), a.0.key.as_str()).cmp(&(b.0.namespace.as_str(), b.0.key.as_str()))
-    });
-    if idempotency::probe_all(tx, &keys).await? == keys.len() {
-        return Ok(None);
-    }
-    let keys: Vec<&ScopedKey> = keys.iter().map(|k| k.0).collect();
-    idempotency::lock_claimed(tx, &keys).await.map(Some)
-}
-
-struct Decided {
-    /// Each member's outcome, in order.
-    outcomes: Vec<StoredOutcome>,
-    batch: String,
-}
-
-/// Locks what the new members need, decides each in arrival order, and builds the
-/// batch. A member whose key was reused cannot be answered inside the batch (its
-/// answer is an error, not an outcome): the batch splits.
-async fn decide(
-    db: &Persistence,
-    tx: &mut Tx<'_>,
-    batch_kind: writes::Batch,
-    members: &[Member],
-    found: &[Found],
-) -> Result<Decided, Failure> {
-    if found.iter().any(|f| matches!(f, Found::Reused)) {
-        return Err(Failure::Final(Error::KeyReused));
-    }
-    let fresh: Vec<&Member> = members
-        .iter()
-        .zip(found)
-        .filter(|(_, f)| matches!(f, Found::New))
-        .map(|(m, _)| m)
-        .collect();
-    let needs: Vec<_> = fresh.iter().map(|m| m.command.needs()).collect();
-    let mut book = if fresh.is_empty() {
-        None
-    } else {
-        Some(load::book(tx, &needs, &db.inner.ids, &db.inner.reads).await?)
-    };
-    let encoder = &db.inner.encoder;
-    let mut decided = Vec::with_capacity(fresh.len());
-    if let Some(book) = book.as_mut() {
-        for member in &fresh {
-            book.start_call(member.key.key.clone());
-            let result = member.command.decide(book);
-            book.finish_call(result.is_ok());
-            let outcome = match result {
-                Ok(reply) => StoredOutcome::reply(reply),
-                Err(Refusal::Declined(decline)) => {
-                    // A decline writes no effect: a purged key's effect must be looked for.
-                    if effects::purged_use(tx, &member.key).await?.is_some() {
-                        return Err(Failure::Final(Error::internal("a purged key in a batch")));
-                    }
-                    encoder.declined(&decline)
-                }
-                Err(Refusal::Internal(detail)) => return Err(Error::internal(detail).into()),
-            };
-            decided.push(outcome);
-        }
-    }
-    let changes = book
-        .map(crate::ledger::Book::into_changes)
-        .unwrap_or_default();
-    db.inner.ids.give_back(&changes.unused);
-    let keys: Vec<KeyOutcome<'_>> = fresh
-        .iter()
-        .zip(&decided)
-        .map(|(m, outcome)| KeyOutcome {
-            key: &m.key,
-            outcome,
-        })
-        .collect();
-    let batch = writes::commit_batch(&changes, &keys, batch_kind)?;
-    let mut fresh_outcomes = decided.into_iter();
-    let outcomes = found
-        .iter()
-        .map(|f| match f {
-            Found::Replay(stored) => Ok(stored.clone()),
-            Found::New => fresh_outcomes
-                .next()
-                .ok_or_else(|| Error::internal("a new key without an outcome")),
-            Found::Reused => Err(Error::KeyReused),
-        })
-        .collect::<Result<Vec<_>, Error>>()?;
-    Ok(Decided { outcomes, batch })
 }
 
 #[cfg(test)]

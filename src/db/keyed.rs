@@ -1,5 +1,6 @@
-//! The exactly-once transaction (SPEC 3.2), one per keyed call, the same for
-//! every operation:
+//! One keyed call's exactly-once transaction (SPEC 3.2), with its retries. Each
+//! attempt is `attempt::transaction` with this call alone, the same transaction a
+//! batch runs (`group`):
 //!
 //! ```text
 //! (no BEGIN: the session runs without autocommit, so the probe begins it)
@@ -25,16 +26,15 @@
 
 use std::time::Duration;
 
-use super::failure::{AttemptError, Failure, Step};
-use super::idempotency::{self, Claim};
+use super::Persistence;
+use super::attempt::{self, Calling, Mode};
+use super::failure::{AttemptError, Step};
 use super::pool::{self, CheckoutError, Conn, Pooled};
 use super::sql::{Bind, Sql};
-use super::tx::{Committed, Tx};
-use super::writes::{self, KeyOutcome};
-use super::{Persistence, effects, load};
+use super::tx::Tx;
 use crate::call::{Call, whole_secs};
 use crate::error::Error;
-use crate::ledger::{Fingerprint, KeyedOutcome, Refusal, ScopedKey, StoredOutcome};
+use crate::ledger::{Fingerprint, KeyedOutcome, ScopedKey};
 use crate::ops::Command;
 use crate::telemetry::metrics;
 
@@ -158,9 +158,17 @@ async fn run_once(
         prove_unused,
     };
     let tx = Tx::new(&mut conn, pool, lock_wait.duration());
-    let result = transaction(db, tx, mode, call, key, command, fingerprint).await;
+    let calling = Calling {
+        call,
+        key,
+        command,
+        fingerprint,
+    };
+    let result = attempt::transaction(db, tx, mode, &[calling]).await;
     lock_wait.restore(&mut conn, pool).await;
-    result
+    result?
+        .pop()
+        .ok_or_else(|| AttemptError::Final(Error::internal("an attempt answered no call")))
 }
 
 /// A session's lock wait for one call (SPEC 3.2.7). Connections rest at the
@@ -208,141 +216,6 @@ async fn set_lock_wait(conn: &mut Conn, pool: &pool::Pool, secs: u64) -> Result<
     match tx.execute(Step::SetLockWait, set).await {
         Ok(_) => tx.finish().await,
         Err(failure) => Err(tx.fail(failure).await),
-    }
-}
-
-/// How an attempt runs: how its final batch is sent on its connection's node, and
-/// whether an earlier attempt's write met an effect carrying the key
-/// (`prove_unused`).
-#[derive(Debug, Clone, Copy)]
-struct Mode {
-    batch: writes::Batch,
-    prove_unused: bool,
-}
-
-/// The probe, then the work of a new key or the replay of a duplicate.
-///
-/// Transactions are plain statements on the connection rather than diesel's
-/// transaction manager, since the final writes and COMMIT travel together, which
-/// the manager cannot express. Every path ends in COMMIT or ROLLBACK, or in a
-/// connection dropped by [`Tx`].
-async fn transaction(
-    db: &Persistence,
-    mut tx: Tx<'_>,
-    mode: Mode,
-    call: &Call,
-    key: &ScopedKey,
-    command: &Command,
-    fingerprint: &Fingerprint,
-) -> Result<KeyedOutcome, AttemptError> {
-    let claim = match idempotency::probe(&mut tx, key, command.method(), fingerprint).await {
-        Ok(claim) => claim,
-        Err(failure) => return Err(tx.fail(failure).await),
-    };
-    if claim == Claim::Duplicate {
-        return replay(tx, key, command, fingerprint).await;
-    }
-    // The key was free: whatever an earlier attempt's lost COMMIT did, it did not
-    // commit.
-    call.settled_nothing();
-    let decided = match decide(db, &mut tx, mode, key, command).await {
-        Ok(decided) => decided,
-        Err(failure) => return Err(tx.fail(failure).await),
-    };
-    let (outcome, sql) = decided;
-    before_commit(db, call, key, command).await;
-    if let Err(e) = call.begin_commit() {
-        return Err(tx.fail(Failure::Final(e)).await);
-    }
-    match tx.commit(&sql, mode.batch == writes::Batch::Guarded).await {
-        Committed::Yes => Ok(KeyedOutcome {
-            outcome,
-            replayed: false,
-        }),
-        Committed::No(failure) => {
-            call.end_commit();
-            Err(failure)
-        }
-        Committed::Unknown(failure) => {
-            call.commit_unknown();
-            tracing::debug!(error = ?failure, "whether the COMMIT took effect is not known; settling through the key");
-            Err(match failure {
-                silent @ AttemptError::Silent(_) => silent,
-                other => AttemptError::Unsettled(format!("{other:?}")),
-            })
-        }
-    }
-}
-
-/// Locks what the operation needs, lets it decide, and returns the outcome and
-/// the batch that records it.
-///
-/// A key that is new here may still have had an effect, if retention purged its
-/// row (SPEC 3.5). A success finds out for free: its write meets the effect's
-/// unique key, and the next attempt comes back with `prove_unused`. A decline
-/// writes no effect, so before one is stored the effects are looked up: a stale
-/// decline must never replace a purged success.
-async fn decide(
-    db: &Persistence,
-    tx: &mut Tx<'_>,
-    mode: Mode,
-    key: &ScopedKey,
-    command: &Command,
-) -> Result<(StoredOutcome, String), Failure> {
-    let needs = [command.needs()];
-    let mut book = load::book(tx, &needs, &db.inner.ids, &db.inner.reads).await?;
-    book.start_call(key.key.clone());
-    let decided = command.decide(&mut book);
-    book.finish_call(decided.is_ok());
-    if (mode.prove_unused || matches!(decided, Err(Refusal::Declined(_))))
-        && let Some(first) = effects::purged_use(tx, key).await?
-    {
-        db.inner.ids.give_back(&book.into_changes().unused);
-        return Err(first.expired().into());
-    }
-    let encoder = &db.inner.encoder;
-    let outcome = match decided {
-        Ok(reply) => StoredOutcome::reply(reply),
-        Err(Refusal::Declined(decline)) => encoder.declined(&decline),
-        Err(Refusal::Internal(detail)) => return Err(Error::internal(detail).into()),
-    };
-    let changes = book.into_changes();
-    db.inner.ids.give_back(&changes.unused);
-    let keys = [KeyOutcome {
-        key,
-        outcome: &outcome,
-    }];
-    let sql = writes::commit_batch(&changes, &keys, mode.batch)?;
-    Ok((outcome, sql))
-}
-
-/// SPEC 3.2 step 5: the key's committed outcome, if the request is the one the
-/// key was first used for.
-async fn replay(
-    mut tx: Tx<'_>,
-    key: &ScopedKey,
-    command: &Command,
-    fingerprint: &Fingerprint,
-) -> Result<KeyedOutcome, AttemptError> {
-    let row = match idempotency::lock_existing(&mut tx, key).await {
-        Ok(row) => row,
-        Err(failure) => return Err(tx.fail(failure).await),
-    };
-    let outcome = if row.binds(command.method(), fingerprint) {
-        row.outcome()
-            .ok_or_else(|| Error::internal("a committed key row has no outcome"))
-    } else {
-        Err(Error::KeyReused)
-    };
-    match outcome {
-        Ok(outcome) => {
-            tx.finish().await?;
-            Ok(KeyedOutcome {
-                outcome,
-                replayed: true,
-            })
-        }
-        Err(e) => Err(tx.fail(Failure::Final(e)).await),
     }
 }
 

@@ -8,10 +8,12 @@
 //! - `cluster`: which engine a connection reached, and the causal reads a
 //!   multi-primary node needs for keyed transactions and migrations.
 //! - `migrate`: database creation and the embedded migrations.
-//! - `keyed`: the exactly-once transaction of SPEC 3.2, with its retries; the same
-//!   for every operation. `load` locks what an operation needs, `writes` sends
-//!   what it changed with the COMMIT, `tx` bounds each round trip.
-//! - `group`: group commit, the same transaction for a batch of keyed calls.
+//! - `attempt`: one attempt at the exactly-once transaction of SPEC 3.2, the same
+//!   for every operation and for one call or a batch: probe, decide, write,
+//!   COMMIT, settle. `load` locks what the calls need, `writes` sends what they
+//!   changed with the COMMIT, `tx` bounds each round trip.
+//! - `keyed`: one call's attempts, retried; `group`: group commit, a batch's
+//!   attempts, retried or split.
 //! - `route`: which node of a cluster a keyed transaction goes to.
 //! - `effects`: what a key changed, found through the effects that carry it;
 //!   `purge`: retention of key rows.
@@ -21,6 +23,7 @@
 //!   statements as text.
 
 mod accounts;
+mod attempt;
 pub mod audit;
 pub mod cluster;
 mod effects;
