@@ -23,7 +23,7 @@ use super::failure::{AttemptError, Failure};
 use super::idempotency::{self, Claim, KeyRow};
 use super::tx::{Committed, Tx};
 use super::writes::{self, KeyOutcome};
-use super::{Persistence, effects, keyed, load};
+use super::{Persistence, effects, load};
 use crate::call::Call;
 use crate::error::Error;
 use crate::ledger::{Book, Fingerprint, KeyedOutcome, Refusal, ScopedKey, StoredOutcome};
@@ -99,7 +99,7 @@ pub(super) async fn transaction(
         Err(failure) => return Err(tx.fail(failure).await),
     };
     for calling in &fresh {
-        keyed::before_commit(db, calling.call, calling.key, calling.command).await;
+        before_commit(db, calling).await;
     }
     commit(tx, mode, &fresh, &sql).await?;
     Ok(answers(found, decided))
@@ -273,5 +273,17 @@ async fn commit(
                 other => AttemptError::Unsettled(format!("{other:?}")),
             })
         }
+    }
+}
+
+/// The fault-injection point (`BeforeCommit`), when one is set.
+async fn before_commit(db: &Persistence, calling: &Calling<'_>) {
+    if let Some(hook) = &db.inner.before_commit {
+        hook(super::BeforeCommitEvent {
+            method: calling.command.method(),
+            key: calling.key.clone(),
+            call: calling.call.clone(),
+        })
+        .await;
     }
 }

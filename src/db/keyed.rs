@@ -218,20 +218,3 @@ async fn set_lock_wait(conn: &mut Conn, pool: &pool::Pool, secs: u64) -> Result<
         Err(failure) => Err(tx.fail(failure).await),
     }
 }
-
-/// The fault-injection point (`BeforeCommit`), when one is set.
-pub(super) async fn before_commit(
-    db: &Persistence,
-    call: &Call,
-    key: &ScopedKey,
-    command: &Command,
-) {
-    if let Some(hook) = &db.inner.before_commit {
-        hook(super::BeforeCommitEvent {
-            method: command.method(),
-            key: key.clone(),
-            call: call.clone(),
-        })
-        .await;
-    }
-}
