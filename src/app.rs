@@ -19,8 +19,9 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
 use crate::auth::{Authenticator, Tokens};
-use crate::db::purge::Purger;
-use crate::db::{self, BeforeCommit, Limits, Persistence, PoolSettings, Session, migrate};
+use crate::db::admin::migrate;
+use crate::db::admin::purge::Purger;
+use crate::db::{self, BeforeCommit, Limits, Persistence, PoolSettings, Session};
 use crate::grpc::{LedgerService, PageTokens, ProtoEncoder, ResourceExhausted};
 use crate::health;
 use crate::proto::pb;
@@ -80,7 +81,7 @@ impl Settings {
 /// on a connection set up as the keyed pool's are; one that does not answer is
 /// checked when a connection to it is first opened (every new connection is).
 async fn check_every_node(urls: &[String], settings: &Settings) -> anyhow::Result<()> {
-    let keyed = db::pool::Setup::new(
+    let keyed = db::conn::pool::Setup::new(
         db::Role::Keyed {
             lock_wait_secs: crate::call::whole_secs(settings.limits.lock_wait),
         },
@@ -88,18 +89,18 @@ async fn check_every_node(urls: &[String], settings: &Settings) -> anyhow::Resul
     );
     for url in urls {
         let at = migrate::describe(url);
-        let mut conn = match db::pool::connect(url).await {
+        let mut conn = match db::conn::pool::connect(url).await {
             Ok(conn) => conn,
             Err(e) => {
                 tracing::warn!(%at, error = %e, "node unreachable; checked when first used");
                 continue;
             }
         };
-        if db::self_check::read_only(&mut conn).await? {
+        if db::conn::self_check::read_only(&mut conn).await? {
             tracing::warn!(%at, "node is read-only (a replica or a secondary): no keyed transaction goes there while it is");
             continue;
         }
-        let (_, multi_primary) = db::pool::open(url, &keyed)
+        let (_, multi_primary) = db::conn::pool::open(url, &keyed)
             .await
             .with_context(|| format!("the self-check failed on {at}"))?;
         if multi_primary {
@@ -202,7 +203,7 @@ impl Application {
         }
         check_every_node(&urls, &settings).await?;
         warn_about_plaintext_tokens(&settings);
-        let pages = PageTokens::new(&db::secrets::page_token_key(url).await?)
+        let pages = PageTokens::new(&db::admin::secrets::page_token_key(url).await?)
             .map_err(|e| anyhow::anyhow!("the page-token key: {e}"))?;
         let pools = db::Pools::build(
             &urls,

@@ -17,8 +17,8 @@ use std::fmt;
 
 use anyhow::Context as _;
 
-use crate::db::audit::{self, Sizes, Violation};
-use crate::db::pool;
+use crate::db::admin::audit::{self, Sizes, Violation};
+use crate::db::conn::pool;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {

@@ -10,7 +10,7 @@ use tonic_health::pb::health_client::HealthClient;
 
 use crate::app::Application;
 use crate::config::{AuditArgs, DatabaseArgs, HealthcheckArgs, MigrateArgs, PurgeArgs, ServeArgs};
-use crate::db::migrate;
+use crate::db::admin::migrate;
 use crate::tools::managed::{ManagedOptions, ManagedServer};
 
 /// The database the service uses on its private development server.
@@ -63,7 +63,7 @@ pub async fn purge(args: &PurgeArgs) -> anyhow::Result<()> {
             given => given.to_vec(),
         };
         let stop = tokio_util::sync::CancellationToken::new();
-        let purged = crate::db::purge::Purger::new(&urls, args.older_than)
+        let purged = crate::db::admin::purge::Purger::new(&urls, args.older_than)
             .round(PURGE_LOCK_WAIT, &stop)
             .await?
             .with_context(|| {

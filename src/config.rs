@@ -10,7 +10,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::app::{Settings, TlsIdentity};
 use crate::auth::Tokens;
-use crate::db::{Limits, MultiPrimary, PoolSettings, Routing, Session, migrate};
+use crate::db::admin::migrate;
+use crate::db::{Limits, MultiPrimary, PoolSettings, Routing, Session};
 use crate::telemetry::LogFormat;
 
 /// MySQL's upper bound for `innodb_lock_wait_timeout`, in seconds.

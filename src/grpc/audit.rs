@@ -5,7 +5,7 @@
 
 use prost::Message;
 
-use crate::db::audit::{EntryFacts, StoredKey};
+use crate::db::admin::audit::{EntryFacts, StoredKey};
 use crate::ledger::Method;
 use crate::proto::pb;
 

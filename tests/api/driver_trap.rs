@@ -5,8 +5,8 @@
 use diesel_async::{
     AsyncConnection as _, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection,
 };
-use ledger::db::pool;
-use ledger::db::self_check::{SelfCheckError, verify_affected_rows};
+use ledger::db::conn::pool;
+use ledger::db::conn::self_check::{SelfCheckError, verify_affected_rows};
 
 use crate::support::{TestApp, TestDb};
 

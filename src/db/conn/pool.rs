@@ -65,7 +65,7 @@ pub enum CheckoutError {
 
 /// Whether the database may abort a transaction from another node, between the
 /// statements of a batch (a multi-primary cluster: Galera, Group Replication).
-/// Final batches are then guarded and checked after COMMIT (`db::writes`).
+/// Final batches are then guarded and checked after COMMIT (`db::exec::writes`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum MultiPrimary {
     /// Ask every server a connection is opened to
@@ -138,7 +138,7 @@ pub struct Session {
 pub enum Role {
     /// Keyed transactions: sessions without autocommit, so a transaction starts
     /// with its first statement (the probe) and ends with the COMMIT or ROLLBACK
-    /// that `db::tx` always sends: no BEGIN round trip. REPEATABLE READ, the level
+    /// that `db::conn::tx` always sends: no BEGIN round trip. REPEATABLE READ, the level
     /// the transaction is written for. Their `innodb_lock_wait_timeout` rests at the
     /// configured bound, so only a call with a shorter deadline changes it.
     Keyed { lock_wait_secs: u64 },

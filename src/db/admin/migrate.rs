@@ -11,8 +11,8 @@ use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use mysql_async::{Opts, OptsBuilder};
 
-use super::cluster;
-use super::pool::connect;
+use crate::db::conn::cluster;
+use crate::db::conn::pool::connect;
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
@@ -209,7 +209,7 @@ pub async fn pending(url: &str) -> Result<Vec<String>, MigrateError> {
 }
 
 /// A connection whose reads see everything the cluster committed before they
-/// began (`db::cluster`): an instance started on one node right after another
+/// began (`db::conn::cluster`): an instance started on one node right after another
 /// migrated through a second must see the migrations' tables and their record
 /// together, or it would apply them again.
 async fn causal(url: &str) -> Result<AsyncMysqlConnection, MigrateError> {

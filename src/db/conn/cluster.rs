@@ -35,7 +35,7 @@ pub enum Engine {
 
 impl Engine {
     /// Whether another node's write can abort a transaction between the
-    /// statements of a batch (`db::writes`), and reads can lag behind commits.
+    /// statements of a batch (`db::exec::writes`), and reads can lag behind commits.
     pub fn multi_primary(self) -> bool {
         self != Self::Single
     }

@@ -7,10 +7,10 @@ use chrono::NaiveDateTime;
 use diesel::QueryableByName;
 use diesel::sql_types::{Datetime, TinyInt, Unsigned};
 
-use super::failure::{Failure, Step};
 use super::idempotency;
-use super::sql::{Bind, Sql};
-use super::tx::Tx;
+use crate::db::conn::failure::{Failure, Step};
+use crate::db::conn::sql::{Bind, Sql};
+use crate::db::conn::tx::Tx;
 use crate::error::Error;
 use crate::ledger::{EntryKind, HoldState, Method, ScopedKey};
 

@@ -3,7 +3,7 @@
 //! waits on the purge for longer than one statement.
 //!
 //! A purged key cannot make its operation run twice: every effect carries its key
-//! under a unique index (`db::effects`), so a retry whose row is gone is refused
+//! under a unique index (`db::tables::effects`), so a retry whose row is gone is refused
 //! as expired. The purge itself only has to stay out of the way:
 //!
 //! * one instance at a time across a fleet: a round runs under the named lock
@@ -26,8 +26,8 @@ use diesel::sql_types::{Datetime, Integer, Nullable};
 use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
 use tokio_util::sync::CancellationToken;
 
-use super::pool::{self, Conn};
-use super::sql::datetime;
+use crate::db::conn::pool::{self, Conn};
+use crate::db::conn::sql::datetime;
 use crate::ledger::Method;
 use crate::telemetry::metrics;
 

@@ -8,10 +8,10 @@ use chrono::NaiveDateTime;
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Datetime, Nullable, Text, TinyInt, Unsigned, Varbinary};
 
-use super::failure::{Failure, Step};
-use super::pool::Conn;
-use super::sql::{Bind, Sql, datetime, hex, nullable, text};
-use super::tx::Tx;
+use crate::db::conn::failure::{Failure, Step};
+use crate::db::conn::pool::Conn;
+use crate::db::conn::sql::{Bind, Sql, datetime, hex, nullable, text};
+use crate::db::conn::tx::Tx;
 use crate::error::Error;
 use crate::ledger::book::{EntryRow, NewEntry};
 use crate::ledger::{
@@ -224,7 +224,7 @@ pub(crate) fn values<'k>(
 /// `INSERT` of rows from [`values`]; `guard`, on a multi-primary node, makes it a
 /// no-op unless the transaction still holds its claim.
 pub(crate) fn insert_sql(rows: &[String], guard: Option<&str>) -> Option<String> {
-    super::writes::insert("entries", INSERT_COLUMNS, rows, guard)
+    crate::db::exec::writes::insert("entries", INSERT_COLUMNS, rows, guard)
 }
 
 /// `UPDATE` of what an entry's refunds returned.

@@ -25,14 +25,16 @@
 
 use std::time::Duration;
 
-use super::failure::{AttemptError, Failure, Step};
-use super::idempotency::{self, Claim};
-use super::pool::{self, CheckoutError, Conn, Pooled};
-use super::sql::{Bind, Sql};
-use super::tx::{Committed, Tx};
+use super::load;
 use super::writes::{self, KeyOutcome};
-use super::{Persistence, effects, load};
 use crate::call::{Call, whole_secs};
+use crate::db::Persistence;
+use crate::db::conn::failure::{AttemptError, Failure, Step};
+use crate::db::conn::pool::{self, CheckoutError, Conn, Pooled};
+use crate::db::conn::sql::{Bind, Sql};
+use crate::db::conn::tx::{Committed, Tx};
+use crate::db::tables::effects;
+use crate::db::tables::idempotency::{self, Claim};
 use crate::error::Error;
 use crate::ledger::{Command, Fingerprint, KeyedOutcome, Refusal, ScopedKey};
 use crate::telemetry::metrics;
@@ -44,7 +46,7 @@ const CHECKOUT_SHARE: f64 = 0.8;
 /// No single retry waits longer: conflicts on a hot row clear within milliseconds.
 const BACKOFF_CAP: Duration = Duration::from_millis(250);
 
-pub(super) async fn run(
+pub(crate) async fn run(
     db: &Persistence,
     call: &Call,
     key: &ScopedKey,
@@ -127,7 +129,7 @@ pub(super) async fn backoff(attempt: u32, call: &Call) -> bool {
 /// stops with a fifth of the remaining time left, so an overloaded service still
 /// answers UNAVAILABLE (try elsewhere) before the caller gives up. A database that
 /// cannot be reached while it is known to have gone silent is not retried.
-pub(super) async fn checkout<'a>(
+pub(crate) async fn checkout<'a>(
     pool: &'a pool::Pool,
     call: &Call,
 ) -> Result<Pooled<'a>, AttemptError> {
@@ -166,13 +168,13 @@ async fn run_once(
 /// bound (see `pool::Role`); only a call with a shorter deadline costs the
 /// statements that lower it and set it back.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct LockWait {
+pub(crate) struct LockWait {
     secs: u64,
     bound: u64,
 }
 
 impl LockWait {
-    pub(super) async fn lower(
+    pub(crate) async fn lower(
         conn: &mut Conn,
         pool: &pool::Pool,
         call: &Call,
@@ -188,13 +190,13 @@ impl LockWait {
         Ok(this)
     }
 
-    pub(super) fn duration(self) -> Duration {
+    pub(crate) fn duration(self) -> Duration {
         Duration::from_secs(self.secs)
     }
 
     /// Sets it back. The transaction has committed or rolled back, and its result
     /// stands: a connection that cannot be set back is dropped, not the answer.
-    pub(super) async fn restore(self, conn: &mut Conn, pool: &pool::Pool) {
+    pub(crate) async fn restore(self, conn: &mut Conn, pool: &pool::Pool) {
         if self.secs != self.bound && set_lock_wait(conn, pool, self.bound).await.is_err() {
             pool::discard(conn);
         }
@@ -354,7 +356,7 @@ pub(super) async fn before_commit(
     command: &Command,
 ) {
     if let Some(hook) = &db.inner.before_commit {
-        hook(super::BeforeCommitEvent {
+        hook(crate::db::BeforeCommitEvent {
             method: command.method(),
             key: key.clone(),
             call: call.clone(),

@@ -8,9 +8,9 @@ use diesel::prelude::QueryResult;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::sql_types::{Binary, Blob, Datetime, Integer, Nullable, TinyInt, Unsigned, Varbinary};
 
-use super::failure::{Failure, Step};
-use super::sql::{Bind, Sql, hex};
-use super::tx::Tx;
+use crate::db::conn::failure::{Failure, Step};
+use crate::db::conn::sql::{Bind, Sql, hex};
+use crate::db::conn::tx::Tx;
 use crate::error::Error;
 use crate::ledger::{Fingerprint, Method, ScopedKey, StoredOutcome};
 
@@ -225,7 +225,7 @@ pub(crate) async fn probe_all(
     tx: &mut Tx<'_>,
     keys: &[(&ScopedKey, Method, &Fingerprint)],
 ) -> Result<usize, Failure> {
-    let keys = super::sql::padded(keys);
+    let keys = crate::db::conn::sql::padded(keys);
     let rows = vec!["(?, ?, ?, ?, UTC_TIMESTAMP(6))"; keys.len()].join(", ");
     let mut sql = Sql::new(format!(
         "INSERT INTO idempotency_keys \
@@ -250,7 +250,7 @@ pub(crate) async fn lock_claimed(
     tx: &mut Tx<'_>,
     keys: &[&ScopedKey],
 ) -> Result<Vec<BatchKeyRow>, Failure> {
-    let keys = super::sql::padded(keys);
+    let keys = crate::db::conn::sql::padded(keys);
     let pairs = vec!["(?, ?)"; keys.len()].join(", ");
     let mut sql = Sql::new(format!(
         "SELECT namespace, idempotency_key, {KEY_COLUMNS} FROM idempotency_keys \

@@ -16,11 +16,11 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
 
-use super::failure::Failure;
 use super::ids::Ids;
-use super::pool::Pool;
-use super::tx::Tx;
-use super::{accounts, entries, holds};
+use crate::db::conn::failure::Failure;
+use crate::db::conn::pool::Pool;
+use crate::db::conn::tx::Tx;
+use crate::db::tables::{accounts, entries, holds};
 use crate::ledger::book::{AccountRow, RowCounts};
 use crate::ledger::{AccountId, Book, EntryId, Hold, HoldId, Needs};
 

@@ -12,10 +12,10 @@ use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Datetime, Nullable, Text, TinyInt, Unsigned, Varbinary};
 
 use super::entries::Located;
-use super::failure::{Failure, Step};
-use super::pool::Conn;
-use super::sql::{Bind, Sql, datetime, hex, text};
-use super::tx::Tx;
+use crate::db::conn::failure::{Failure, Step};
+use crate::db::conn::pool::Conn;
+use crate::db::conn::sql::{Bind, Sql, datetime, hex, text};
+use crate::db::conn::tx::Tx;
 use crate::error::Error;
 use crate::ledger::{
     AccountId, Amount, Currency, Description, Hold, HoldId, HoldState, IdempotencyKey, ScopedKey,
@@ -167,7 +167,7 @@ pub(crate) fn values<'k>(
 }
 
 pub(crate) fn insert_sql(rows: &[String], guard: Option<&str>) -> Option<String> {
-    super::writes::insert("holds", INSERT_COLUMNS, rows, guard)
+    crate::db::exec::writes::insert("holds", INSERT_COLUMNS, rows, guard)
 }
 
 /// `UPDATE` of a hold resolved at `now` by the call under `key`, which the hold

@@ -19,8 +19,8 @@ use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Unsigned};
 use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
 
-use super::failure::Failure;
-use super::pool::Pool;
+use crate::db::conn::failure::Failure;
+use crate::db::conn::pool::Pool;
 use crate::error::Error;
 use crate::ledger::book::{NewIds, RowCounts};
 use crate::ledger::{AccountId, EntryId, HoldId};
@@ -223,7 +223,7 @@ async fn try_take_block(kind: Kind, pool: &Pool) -> Result<Range<u64>, String> {
     }
     .await;
     let End { end } = moved.map_err(|e| {
-        super::pool::discard(&mut conn);
+        crate::db::conn::pool::discard(&mut conn);
         e.to_string()
     })?;
     if end <= BLOCK {

@@ -26,8 +26,8 @@
 
 use std::fmt::Write as _;
 
-use super::idempotency;
-use super::{accounts, entries, holds};
+use crate::db::tables::idempotency;
+use crate::db::tables::{accounts, entries, holds};
 use crate::error::Error;
 use crate::ledger::book::Changes;
 use crate::ledger::{ScopedKey, StoredOutcome};

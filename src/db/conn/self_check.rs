@@ -8,10 +8,10 @@
 //! READ, read sessions in autocommit (a read session without it would hold one
 //! snapshot and serve stale reads forever). And it asks whether the server is a
 //! node of a multi-primary cluster, where another node's write can abort a
-//! transaction between the statements of a batch (`db::writes`); on such a node a
+//! transaction between the statements of a batch (`db::exec::writes`); on such a node a
 //! keyed session calls the check procedure once, so a missing EXECUTE grant stops
 //! the service at start rather than failing calls after their COMMIT, and every
-//! session must read causally (`db::cluster`).
+//! session must read causally (`db::conn::cluster`).
 
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Nullable, Text};

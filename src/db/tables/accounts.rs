@@ -7,10 +7,10 @@ use chrono::NaiveDateTime;
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Datetime, Text, Unsigned};
 
-use super::failure::{Failure, Step};
-use super::pool::Conn;
-use super::sql::{Bind, Sql, datetime, hex};
-use super::tx::Tx;
+use crate::db::conn::failure::{Failure, Step};
+use crate::db::conn::pool::Conn;
+use crate::db::conn::sql::{Bind, Sql, datetime, hex};
+use crate::db::conn::tx::Tx;
 use crate::error::Error;
 use crate::ledger::book::AccountRow;
 use crate::ledger::{Account, AccountId, Currency, HoldState, ScopedKey};
@@ -147,7 +147,7 @@ pub(crate) fn insert_sql<'k>(
             ))
         })
         .collect::<Result<Vec<_>, Error>>()?;
-    Ok(super::writes::insert(
+    Ok(crate::db::exec::writes::insert(
         "accounts",
         &format!("{COLUMNS}, namespace, idempotency_key"),
         &values,

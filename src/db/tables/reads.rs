@@ -8,14 +8,15 @@ use diesel::QueryableByName;
 use diesel::mysql::Mysql;
 use diesel_async::RunQueryDsl as _;
 
-use super::failure::{AttemptError, Failure, Step, StepError, classify};
 use super::idempotency::{self, KeyRow};
-use super::keyed::{LockWait, checkout};
-use super::pool::{self, Conn};
-use super::sql::Sql;
-use super::tx::{ANSWER_MARGIN, Tx};
-use super::{Persistence, accounts, effects, entries, holds};
+use super::{accounts, effects, entries, holds};
 use crate::call::Call;
+use crate::db::Persistence;
+use crate::db::conn::failure::{AttemptError, Failure, Step, StepError, classify};
+use crate::db::conn::pool::{self, Conn};
+use crate::db::conn::sql::Sql;
+use crate::db::conn::tx::{ANSWER_MARGIN, Tx};
+use crate::db::exec::keyed::{LockWait, checkout};
 use crate::error::{Error, Recorded};
 use crate::ledger::{Account, AccountId, Entry, EntryId, Hold, HoldId, ScopedKey};
 
@@ -57,7 +58,7 @@ pub struct Page {
 }
 
 impl Persistence {
-    async fn read_conn(&self, call: &Call) -> Result<super::pool::Pooled<'_>, Error> {
+    async fn read_conn(&self, call: &Call) -> Result<crate::db::conn::pool::Pooled<'_>, Error> {
         checkout(&self.inner.reads, call)
             .await
             .map_err(|e| e.into_error(1, Recorded::Nothing))
