@@ -8,12 +8,14 @@
 //! - `cluster`: which engine a connection reached, and the causal reads a
 //!   multi-primary node needs for keyed transactions and migrations.
 //! - `route`: which node of a cluster a keyed transaction goes to.
-//! - `tx`: one transaction, every round trip of it bounded.
+//! - `lease`: a connection for one call, within its deadline and lock wait.
+//! - `tx`: one transaction, every round trip of it bounded; one plain read.
 //! - `failure`: classification of failed statements by MySQL error code.
 //! - `sql`: statements as text, and their bound values.
 
 pub mod cluster;
 pub(crate) mod failure;
+pub(crate) mod lease;
 pub mod pool;
 pub mod route;
 pub mod self_check;

@@ -122,6 +122,39 @@ pub(crate) fn nullable(id: Option<u64>) -> String {
     id.map_or_else(|| "NULL".to_owned(), |id| id.to_string())
 }
 
+/// `INSERT INTO table (columns)` of `rows` (each the values of one row). Guarded,
+/// the rows are selected only while `guard` holds.
+pub(crate) fn insert(
+    table: &str,
+    columns: &str,
+    rows: &[String],
+    guard: Option<&str>,
+) -> Option<String> {
+    if rows.is_empty() {
+        return None;
+    }
+    let mut sql = format!("INSERT INTO {table} ({columns}) ");
+    match guard {
+        None => {
+            sql.push_str("VALUES ");
+            for (i, row) in rows.iter().enumerate() {
+                let _ = write!(sql, "{}({row})", if i == 0 { "" } else { ", " });
+            }
+        }
+        Some(guard) => {
+            // One SELECT per row, each kept only while the claim holds.
+            for (i, row) in rows.iter().enumerate() {
+                let _ = write!(
+                    sql,
+                    "{}SELECT {row} FROM DUAL WHERE {guard}",
+                    if i == 0 { "" } else { " UNION ALL " }
+                );
+            }
+        }
+    }
+    Some(sql)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +183,18 @@ mod tests {
             [.., Bind::U64(2), Bind::U64(2)]
         ));
         assert_eq!(padded::<u8>(&[]), Vec::<u8>::new());
+    }
+
+    #[test]
+    fn guarded_inserts_select_each_row_while_the_claim_holds() {
+        let rows = vec!["1, 2".to_owned(), "3, 4".to_owned()];
+        assert_eq!(
+            insert("t", "a, b", &rows, None).unwrap(),
+            "INSERT INTO t (a, b) VALUES (1, 2), (3, 4)"
+        );
+        assert_eq!(
+            insert("t", "a, b", &rows, Some("G")).unwrap(),
+            "INSERT INTO t (a, b) SELECT 1, 2 FROM DUAL WHERE G UNION ALL SELECT 3, 4 FROM DUAL WHERE G"
+        );
     }
 }

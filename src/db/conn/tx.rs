@@ -1,4 +1,4 @@
-//! One transaction on a keyed connection.
+//! One transaction on a keyed connection, and one plain read.
 //!
 //! Every round trip is bounded: a statement that gets no answer within the bound
 //! (the transaction's lock wait plus [`ANSWER_MARGIN`]) means the database went
@@ -18,6 +18,7 @@ use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
 use super::failure::{AttemptError, Failure, Step, StepError, classify};
 use super::pool::{self, Conn, Pool};
 use super::sql::Sql;
+use crate::error::{Error, Recorded};
 
 /// How much longer than its lock wait a statement may go unanswered before the
 /// database counts as silent. No statement of the service does work that takes
@@ -186,6 +187,34 @@ impl Drop for Tx<'_> {
     fn drop(&mut self) {
         if self.open {
             pool::discard(self.conn);
+        }
+    }
+}
+
+/// The longest a plain read may go unanswered: it takes no locks.
+const READ_BOUND: Duration = ANSWER_MARGIN;
+
+/// Runs a read on a read-pool connection.
+pub(crate) async fn load<U>(conn: &mut Conn, sql: Sql<'_>) -> Result<Vec<U>, Error>
+where
+    U: QueryableByName<Mysql> + Send + 'static,
+{
+    match tokio::time::timeout(READ_BOUND, sql.load::<U>(conn)).await {
+        Ok(Ok(rows)) => Ok(rows),
+        Ok(Err(source)) => {
+            let failure = StepError {
+                step: Step::Read,
+                source,
+            };
+            Err(classify(conn, failure, READ_BOUND)
+                .await
+                .into_error(1, Recorded::Nothing))
+        }
+        Err(_) => {
+            pool::discard(conn);
+            Err(Error::unavailable(format!(
+                "the database did not answer a read within {READ_BOUND:?}"
+            )))
         }
     }
 }

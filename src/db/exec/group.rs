@@ -37,12 +37,13 @@ use std::time::Duration;
 use futures::FutureExt as _;
 use tokio::sync::{mpsc, oneshot};
 
-use super::keyed::{self, LockWait, checkout};
+use super::keyed;
 use super::load;
 use super::writes::{self, KeyOutcome};
 use crate::call::Call;
 use crate::db::Persistence;
 use crate::db::conn::failure::{AttemptError, Failure};
+use crate::db::conn::lease::{LockWait, checkout};
 use crate::db::conn::tx::{Committed, Tx};
 use crate::db::tables::effects;
 use crate::db::tables::idempotency::{self, BatchKeyRow};

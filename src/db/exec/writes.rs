@@ -24,8 +24,6 @@
 //! The guards and the check cost a single server about a third of its charge rate
 //! (README, Performance), so it is spared them.
 
-use std::fmt::Write as _;
-
 use crate::db::tables::idempotency;
 use crate::db::tables::{accounts, entries, holds};
 use crate::error::Error;
@@ -108,39 +106,6 @@ pub(crate) fn commit_batch(
     Ok(statements.join("; "))
 }
 
-/// `INSERT INTO table (columns)` of `rows` (each the values of one row). Guarded,
-/// the rows are selected only while `guard` holds.
-pub(crate) fn insert(
-    table: &str,
-    columns: &str,
-    rows: &[String],
-    guard: Option<&str>,
-) -> Option<String> {
-    if rows.is_empty() {
-        return None;
-    }
-    let mut sql = format!("INSERT INTO {table} ({columns}) ");
-    match guard {
-        None => {
-            sql.push_str("VALUES ");
-            for (i, row) in rows.iter().enumerate() {
-                let _ = write!(sql, "{}({row})", if i == 0 { "" } else { ", " });
-            }
-        }
-        Some(guard) => {
-            // One SELECT per row, each kept only while the claim holds.
-            for (i, row) in rows.iter().enumerate() {
-                let _ = write!(
-                    sql,
-                    "{}SELECT {row} FROM DUAL WHERE {guard}",
-                    if i == 0 { "" } else { " UNION ALL " }
-                );
-            }
-        }
-    }
-    Some(sql)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,18 +152,5 @@ mod tests {
                 "COMMIT"
             );
         }
-    }
-
-    #[test]
-    fn guarded_inserts_select_each_row_while_the_claim_holds() {
-        let rows = vec!["1, 2".to_owned(), "3, 4".to_owned()];
-        assert_eq!(
-            insert("t", "a, b", &rows, None).unwrap(),
-            "INSERT INTO t (a, b) VALUES (1, 2), (3, 4)"
-        );
-        assert_eq!(
-            insert("t", "a, b", &rows, Some("G")).unwrap(),
-            "INSERT INTO t (a, b) SELECT 1, 2 FROM DUAL WHERE G UNION ALL SELECT 3, 4 FROM DUAL WHERE G"
-        );
     }
 }

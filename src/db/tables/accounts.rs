@@ -113,7 +113,7 @@ pub(crate) async fn find(conn: &mut Conn, id: AccountId) -> Result<Option<Accoun
         held = HoldState::Held.code()
     ))
     .bind(Bind::U64(id.get()));
-    let rows: Vec<Row> = super::reads::load(conn, sql).await?;
+    let rows: Vec<Row> = crate::db::conn::tx::load(conn, sql).await?;
     rows.into_iter()
         .next()
         .map(|row| row.into_locked().map(|(row, _)| row.account))
@@ -147,7 +147,7 @@ pub(crate) fn insert_sql<'k>(
             ))
         })
         .collect::<Result<Vec<_>, Error>>()?;
-    Ok(crate::db::exec::writes::insert(
+    Ok(crate::db::conn::sql::insert(
         "accounts",
         &format!("{COLUMNS}, namespace, idempotency_key"),
         &values,

@@ -156,7 +156,7 @@ pub(crate) async fn find(conn: &mut Conn, id: EntryId) -> Result<Option<Entry>, 
         "SELECT {FULL_COLUMNS} FROM entries WHERE entry_id = ?"
     ))
     .bind(Bind::U64(id.get()));
-    let rows: Vec<FullRow> = super::reads::load(conn, sql).await?;
+    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
     rows.into_iter()
         .next()
         .map(|row| row.into_entry().map(|(_, entry)| entry))
@@ -178,7 +178,7 @@ pub(crate) async fn page(
     .bind(Bind::U64(account.get()))
     .bind(Bind::U64(after))
     .bind(Bind::U64(u64::from(limit)));
-    let rows: Vec<FullRow> = super::reads::load(conn, sql).await?;
+    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
     rows.into_iter().map(FullRow::into_entry).collect()
 }
 
@@ -224,7 +224,7 @@ pub(crate) fn values<'k>(
 /// `INSERT` of rows from [`values`]; `guard`, on a multi-primary node, makes it a
 /// no-op unless the transaction still holds its claim.
 pub(crate) fn insert_sql(rows: &[String], guard: Option<&str>) -> Option<String> {
-    crate::db::exec::writes::insert("entries", INSERT_COLUMNS, rows, guard)
+    crate::db::conn::sql::insert("entries", INSERT_COLUMNS, rows, guard)
 }
 
 /// `UPDATE` of what an entry's refunds returned.

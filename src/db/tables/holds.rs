@@ -124,7 +124,7 @@ pub(crate) async fn find(
         "SELECT {COLUMNS}, UTC_TIMESTAMP(6) AS now FROM holds WHERE hold_id = ?"
     ))
     .bind(Bind::U64(id.get()));
-    let rows: Vec<Row> = super::reads::load(conn, sql).await?;
+    let rows: Vec<Row> = crate::db::conn::tx::load(conn, sql).await?;
     rows.into_iter()
         .next()
         .map(|row| {
@@ -167,7 +167,7 @@ pub(crate) fn values<'k>(
 }
 
 pub(crate) fn insert_sql(rows: &[String], guard: Option<&str>) -> Option<String> {
-    crate::db::exec::writes::insert("holds", INSERT_COLUMNS, rows, guard)
+    crate::db::conn::sql::insert("holds", INSERT_COLUMNS, rows, guard)
 }
 
 /// `UPDATE` of a hold resolved at `now` by the call under `key`, which the hold

@@ -2,51 +2,15 @@
 //! round trip, and the key look-up, which waits for an operation in flight like a
 //! duplicate does and so runs on the keyed pool.
 
-use std::time::Duration;
-
-use diesel::QueryableByName;
-use diesel::mysql::Mysql;
-use diesel_async::RunQueryDsl as _;
-
 use super::idempotency::{self, KeyRow};
 use super::{accounts, effects, entries, holds};
 use crate::call::Call;
 use crate::db::Persistence;
-use crate::db::conn::failure::{AttemptError, Failure, Step, StepError, classify};
-use crate::db::conn::pool::{self, Conn};
-use crate::db::conn::sql::Sql;
-use crate::db::conn::tx::{ANSWER_MARGIN, Tx};
-use crate::db::exec::keyed::{LockWait, checkout};
+use crate::db::conn::failure::{AttemptError, Failure};
+use crate::db::conn::lease::{LockWait, checkout};
+use crate::db::conn::tx::Tx;
 use crate::error::{Error, Recorded};
 use crate::ledger::{Account, AccountId, Entry, EntryId, Hold, HoldId, ScopedKey};
-
-/// The longest a plain read may go unanswered: it takes no locks.
-const READ_BOUND: Duration = ANSWER_MARGIN;
-
-/// Runs a read on a read-pool connection.
-pub(crate) async fn load<U>(conn: &mut Conn, sql: Sql<'_>) -> Result<Vec<U>, Error>
-where
-    U: QueryableByName<Mysql> + Send + 'static,
-{
-    match tokio::time::timeout(READ_BOUND, sql.load::<U>(conn)).await {
-        Ok(Ok(rows)) => Ok(rows),
-        Ok(Err(source)) => {
-            let failure = StepError {
-                step: Step::Read,
-                source,
-            };
-            Err(classify(conn, failure, READ_BOUND)
-                .await
-                .into_error(1, Recorded::Nothing))
-        }
-        Err(_) => {
-            pool::discard(conn);
-            Err(Error::unavailable(format!(
-                "the database did not answer a read within {READ_BOUND:?}"
-            )))
-        }
-    }
-}
 
 /// A page of an account's journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
