@@ -89,7 +89,7 @@ async fn check_every_node(urls: &[String], settings: &Settings) -> anyhow::Resul
     );
     for url in urls {
         let at = migrate::describe(url);
-        let mut conn = match db::conn::pool::connect(url).await {
+        let mut conn = match db::conn::connection::connect(url).await {
             Ok(conn) => conn,
             Err(e) => {
                 tracing::warn!(%at, error = %e, "node unreachable; checked when first used");

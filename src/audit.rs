@@ -18,7 +18,7 @@ use std::fmt;
 use anyhow::Context as _;
 
 use crate::db::admin::audit::{self, Sizes, Violation};
-use crate::db::conn::pool;
+use crate::db::conn::connection;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
@@ -54,7 +54,7 @@ impl fmt::Display for Report {
 }
 
 pub async fn audit(database_url: &str) -> anyhow::Result<Report> {
-    let mut conn = pool::connect(database_url)
+    let mut conn = connection::connect(database_url)
         .await
         .context("cannot connect to the database")?;
     let (sizes, violations) = audit::run(&mut conn, crate::grpc::audit::judge)

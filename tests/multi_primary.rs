@@ -174,7 +174,7 @@ async fn settle(
 #[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
 async fn every_node_is_recognized_as_multi_primary() {
     for node in nodes() {
-        let mut conn = ledger::db::conn::pool::connect(&node).await.unwrap();
+        let mut conn = ledger::db::conn::connection::connect(&node).await.unwrap();
         assert!(
             ledger::db::conn::self_check::is_multi_primary(&mut conn)
                 .await
@@ -198,7 +198,9 @@ async fn every_node_is_recognized_as_multi_primary() {
 #[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
 async fn a_batch_reports_a_failure_in_any_of_its_statements() {
     use diesel_async::SimpleAsyncConnection as _;
-    let mut conn = ledger::db::conn::pool::connect(&nodes()[0]).await.unwrap();
+    let mut conn = ledger::db::conn::connection::connect(&nodes()[0])
+        .await
+        .unwrap();
     for batch in [
         "SELECT 1; SELECT * FROM ledger_no_such_table; DO 2",
         "DO 1; DO 2; SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT = 'late', MYSQL_ERRNO = 1213",

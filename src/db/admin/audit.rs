@@ -15,7 +15,7 @@ use diesel_async::{RunQueryDsl, SimpleAsyncConnection as _};
 use futures::TryStreamExt as _;
 use strum::IntoEnumIterator as _;
 
-use crate::db::conn::pool::Conn;
+use crate::db::conn::connection::Conn;
 use crate::ledger::{EntryKind, HoldState, Method};
 
 /// Violating rows reported per check; a broken ledger can have millions.

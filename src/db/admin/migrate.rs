@@ -12,7 +12,7 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use mysql_async::{Opts, OptsBuilder};
 
 use crate::db::conn::cluster;
-use crate::db::conn::pool::connect;
+use crate::db::conn::connection::connect;
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 

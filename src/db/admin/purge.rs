@@ -26,7 +26,7 @@ use diesel::sql_types::{Datetime, Integer, Nullable};
 use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
 use tokio_util::sync::CancellationToken;
 
-use crate::db::conn::pool::{self, Conn};
+use crate::db::conn::connection::{self, Conn};
 use crate::db::conn::sql::datetime;
 use crate::ledger::Method;
 use crate::telemetry::metrics;
@@ -219,7 +219,7 @@ impl Purger {
     async fn connect(&self) -> anyhow::Result<Conn> {
         let mut last = None;
         for url in self.urls.iter() {
-            match pool::connect(url).await {
+            match connection::connect(url).await {
                 Ok(mut conn) => {
                     conn.batch_execute(
                         "SET SESSION autocommit = 1, time_zone = '+00:00'; \

@@ -6,7 +6,7 @@ use diesel::QueryableByName;
 use diesel::sql_types::Binary;
 use diesel_async::RunQueryDsl as _;
 
-use crate::db::conn::pool::connect;
+use crate::db::conn::connection::connect;
 
 #[derive(QueryableByName)]
 struct Secret {

@@ -19,7 +19,7 @@ use diesel::QueryableByName;
 use diesel::sql_types::Text;
 use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
 
-use super::pool::Conn;
+use super::connection::Conn;
 
 /// The kind of server behind a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

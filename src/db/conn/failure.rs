@@ -14,7 +14,7 @@ use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection as _};
 
-use super::pool::{self, Conn};
+use super::connection::{self, Conn};
 use crate::error::{Error, Recorded};
 use crate::telemetry::metrics;
 
@@ -184,7 +184,7 @@ pub(crate) async fn classify(conn: &mut Conn, err: StepError, lock_wait: Duratio
         Some(code) => by_code(code, step, lock_wait, &reported),
     };
     if let AttemptError::ConnectionLost(_) = failure {
-        pool::discard(conn);
+        connection::discard(conn);
     }
     failure
 }

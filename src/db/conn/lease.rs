@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use super::connection::{self, Conn};
 use super::failure::{AttemptError, Step};
-use super::pool::{self, CheckoutError, Conn, Pooled};
+use super::pool::{self, CheckoutError, Pooled};
 use super::sql::{Bind, Sql};
 use super::tx::Tx;
 use crate::call::{Call, whole_secs};
@@ -64,7 +65,7 @@ impl LockWait {
     /// stands: a connection that cannot be set back is dropped, not the answer.
     pub(crate) async fn restore(self, conn: &mut Conn, pool: &pool::Pool) {
         if self.secs != self.bound && set_lock_wait(conn, pool, self.bound).await.is_err() {
-            pool::discard(conn);
+            connection::discard(conn);
         }
     }
 }

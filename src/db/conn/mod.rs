@@ -1,7 +1,8 @@
 //! The connection layer: how a statement reaches a server and what comes back.
 //! Nothing here knows a table or an operation; everything above builds on it.
 //!
-//! - `pool`: connections without `CLIENT_FOUND_ROWS`, and the bb8 pools.
+//! - `connection`: one connection, opened without `CLIENT_FOUND_ROWS`.
+//! - `pool`: the bb8 pools of connections set up and self-checked for their role.
 //! - `self_check`: the check, at start and on every new connection, that the probe
 //!   reports 1 then 0 and the session is as its pool needs; and whether the server
 //!   is a multi-primary node.
@@ -14,6 +15,7 @@
 //! - `sql`: statements as text, and their bound values.
 
 pub mod cluster;
+pub mod connection;
 pub(crate) mod failure;
 pub(crate) mod lease;
 pub mod pool;

@@ -1,9 +1,5 @@
-//! Connections and the pool.
-//!
-//! Every connection is opened here, with `CLIENT_FOUND_ROWS` off (SPEC 3.3): with it
-//! on, the probe's `ON DUPLICATE KEY UPDATE k = k` reports 1 for an unchanged
-//! duplicate and every retry would charge again. diesel-async's own `establish`
-//! turns the flag on, so the `mysql_async` connection is built here and wrapped.
+//! The pools, and a pool's connection opened, set up and self-checked
+//! (`connection::connect` opens the bare connection).
 //!
 //! bb8 keeps a failed connect to itself and lets callers wait out their timeout.
 //! The pool here also watches connect failures, so a caller waiting for a
@@ -14,28 +10,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use diesel::ConnectionError;
-use diesel_async::AsyncMysqlConnection;
 use diesel_async::SimpleAsyncConnection as _;
 use diesel_async::pooled_connection::{
     AsyncDieselConnectionManager, ManagerConfig, PoolError, RecyclingMethod,
 };
 use futures::FutureExt as _;
-use mysql_async::{Opts, OptsBuilder};
 use tokio::sync::watch;
 
 use super::cluster;
+use super::connection::{Conn, connect};
 use super::self_check::{self, Expect, Kind};
 
-pub type Conn = AsyncMysqlConnection;
 type Manager = AsyncDieselConnectionManager<Conn>;
 pub type Pooled<'a> = bb8::PooledConnection<'a, Manager>;
 
 /// The longest a new connection may take to open, set up and pass the self-check:
 /// a node that accepts TCP but never answers must not hold a caller for longer.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// TCP keepalive on every connection, so an idle connection to a vanished host is
-/// noticed in seconds rather than at the kernel's default of hours.
-const KEEPALIVE: Duration = Duration::from_secs(10);
 /// After a connection was lost or a statement went unanswered, connections are
 /// pinged before use for this long (the others may be dead too).
 const VERIFY_WINDOW: Duration = Duration::from_secs(10);
@@ -108,23 +99,6 @@ impl Health {
     }
 }
 
-/// Opens one connection that reports affected rows, not found rows. An operator's
-/// URL cannot turn `CLIENT_FOUND_ROWS` back on: the flag is set after parsing it.
-pub async fn connect(url: &str) -> Result<Conn, ConnectionError> {
-    let opts =
-        Opts::from_url(url).map_err(|e| ConnectionError::InvalidConnectionUrl(e.to_string()))?;
-    let keepalive = u32::try_from(KEEPALIVE.as_millis()).unwrap_or(u32::MAX);
-    let opts = OptsBuilder::from_opts(opts)
-        .client_found_rows(false)
-        .tcp_keepalive(Some(keepalive))
-        // diesel-async keeps its own prepared-statement cache.
-        .stmt_cache_size(0);
-    let conn = mysql_async::Conn::new(opts)
-        .await
-        .map_err(|e| ConnectionError::BadConnection(e.to_string()))?;
-    AsyncMysqlConnection::try_from(conn).await
-}
-
 /// What every connection of a pool is told or asked when it is opened.
 #[derive(Debug, Clone, Default)]
 pub struct Session {
@@ -175,7 +149,7 @@ impl Role {
 /// database is down.
 ///
 /// Connections are not tested with a query at checkout: that would cost a round
-/// trip per call. A connection that fails is discarded ([`discard`]) and the
+/// trip per call. A connection that fails is discarded ([`connection::discard`](super::connection::discard)) and the
 /// transaction retried on another; after a failure, connections are pinged before
 /// use for a while.
 pub fn build(urls: &[String], settings: PoolSettings, role: Role, session: &Session) -> Pool {
@@ -309,13 +283,6 @@ pub async fn open(url: &str, setup: &Setup) -> Result<(Conn, bool), ConnectionEr
                 "{NO_ANSWER} within {CONNECT_TIMEOUT:?}"
             )))
         })
-}
-
-/// Marks a connection so the pool drops it instead of handing it out again: its
-/// last statement failed as if the connection were gone.
-pub fn discard(conn: &mut Conn) {
-    use diesel_async::{AnsiTransactionManager, TransactionManager as _};
-    AnsiTransactionManager::transaction_manager_status_mut(conn).set_in_error();
 }
 
 impl Pool {

@@ -24,6 +24,7 @@ use diesel_async::RunQueryDsl as _;
 use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
+use super::connection;
 use super::pool::{self, Pool, PoolSettings, Role, Session};
 use crate::ledger::{Needs, ScopedKey};
 
@@ -100,7 +101,7 @@ async fn lowest_account(needs: &Needs, reads: &Pool) -> Option<u64> {
         .get_result::<Lowest>(&mut *conn)
         .await;
     if found.is_err() {
-        pool::discard(&mut conn);
+        connection::discard(&mut conn);
     }
     found.ok()?.account_id
 }

@@ -18,7 +18,7 @@ use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 
 use super::cluster::{self, Engine, NotCausal};
-use super::pool::Conn;
+use super::connection::Conn;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SelfCheckError {

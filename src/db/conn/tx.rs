@@ -15,8 +15,9 @@ use diesel::mysql::Mysql;
 use diesel::query_builder::{QueryFragment, QueryId};
 use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
 
+use super::connection::{self, Conn};
 use super::failure::{AttemptError, Failure, Step, StepError, classify};
-use super::pool::{self, Conn, Pool};
+use super::pool::Pool;
 use super::sql::Sql;
 use crate::error::{Error, Recorded};
 
@@ -105,7 +106,7 @@ impl<'c> Tx<'c> {
     /// The database did not answer in time: the connection is dropped, and the
     /// pool told, so its other connections are checked before use.
     fn give_up(&mut self) {
-        pool::discard(self.conn);
+        connection::discard(self.conn);
         self.pool.report_silence();
     }
 
@@ -168,14 +169,14 @@ impl<'c> Tx<'c> {
             }
         };
         if let AttemptError::ConnectionLost(_) = attempt {
-            pool::discard(self.conn);
+            connection::discard(self.conn);
             return attempt;
         }
         match tokio::time::timeout(self.bound, self.conn.batch_execute("ROLLBACK")).await {
             Ok(Ok(())) => self.open = false,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "rollback failed; discarding the connection");
-                pool::discard(self.conn);
+                connection::discard(self.conn);
             }
             Err(_) => self.give_up(),
         }
@@ -186,7 +187,7 @@ impl<'c> Tx<'c> {
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
         if self.open {
-            pool::discard(self.conn);
+            connection::discard(self.conn);
         }
     }
 }
@@ -211,7 +212,7 @@ where
                 .into_error(1, Recorded::Nothing))
         }
         Err(_) => {
-            pool::discard(conn);
+            connection::discard(conn);
             Err(Error::unavailable(format!(
                 "the database did not answer a read within {READ_BOUND:?}"
             )))

@@ -223,7 +223,7 @@ async fn try_take_block(kind: Kind, pool: &Pool) -> Result<Range<u64>, String> {
     }
     .await;
     let End { end } = moved.map_err(|e| {
-        crate::db::conn::pool::discard(&mut conn);
+        crate::db::conn::connection::discard(&mut conn);
         e.to_string()
     })?;
     if end <= BLOCK {

@@ -31,7 +31,7 @@ use crate::call::Call;
 use crate::db::Persistence;
 use crate::db::conn::failure::{AttemptError, Failure};
 use crate::db::conn::lease::{LockWait, checkout};
-use crate::db::conn::pool::{self};
+use crate::db::conn::pool;
 use crate::db::conn::tx::{Committed, Tx};
 use crate::db::tables::effects;
 use crate::db::tables::idempotency::{self, Claim};

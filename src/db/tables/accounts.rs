@@ -7,8 +7,8 @@ use chrono::NaiveDateTime;
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Datetime, Text, Unsigned};
 
+use crate::db::conn::connection::Conn;
 use crate::db::conn::failure::{Failure, Step};
-use crate::db::conn::pool::Conn;
 use crate::db::conn::sql::{Bind, Sql, datetime, hex};
 use crate::db::conn::tx::Tx;
 use crate::error::Error;

@@ -8,8 +8,8 @@ use chrono::NaiveDateTime;
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Datetime, Nullable, Text, TinyInt, Unsigned, Varbinary};
 
+use crate::db::conn::connection::Conn;
 use crate::db::conn::failure::{Failure, Step};
-use crate::db::conn::pool::Conn;
 use crate::db::conn::sql::{Bind, Sql, datetime, hex, nullable, text};
 use crate::db::conn::tx::Tx;
 use crate::error::Error;
