@@ -16,11 +16,11 @@ use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
-use crate::auth::Authenticator;
 use crate::config::Settings;
 use crate::db::admin::migrate;
 use crate::db::admin::purge::Purger;
 use crate::db::{self, BeforeCommit, Persistence};
+use crate::grpc::auth::Authenticator;
 use crate::grpc::{LedgerService, PageTokens, ProtoEncoder, ResourceExhausted};
 use crate::health;
 use crate::proto::pb;

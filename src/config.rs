@@ -12,9 +12,9 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
-use crate::auth::Tokens;
 use crate::db::admin::migrate;
 use crate::db::{Limits, MultiPrimary, PoolSettings, Routing, Session};
+use crate::grpc::auth::Tokens;
 use crate::telemetry::LogFormat;
 
 /// MySQL's upper bound for `innodb_lock_wait_timeout`, in seconds.

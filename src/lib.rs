@@ -15,13 +15,12 @@
 //! - [`db`]: all SQL: the pools, migrations, the exactly-once transaction (one
 //!   executor for every operation), the reads.
 //! - [`grpc`]: the tonic service: protobuf in, domain, protobuf out; the one error
-//!   mapping.
+//!   mapping; bearer tokens, the key namespace per client, and the methods each
+//!   client may call (`grpc::auth`).
 //! - [`call`]: a call's deadline and cancellation, shared by the RPC handler and
 //!   the database task.
 //! - [`error`]: the one error type.
 //! - [`audit`]: the invariants, checked on a live database (`ledger audit`).
-//! - [`auth`]: optional bearer tokens, the key namespace per client, and the
-//!   methods each client may call.
 //! - [`health`]: the gRPC health status, following the database.
 //! - [`tools`]: not the service: `ledger bench`, the load generator, and a
 //!   private MySQL-compatible server for development and tests.
@@ -30,7 +29,6 @@
 
 pub mod app;
 pub mod audit;
-pub mod auth;
 pub mod call;
 pub mod commands;
 pub mod config;

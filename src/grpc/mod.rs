@@ -2,6 +2,9 @@
 //! answer.
 //!
 //! - `service`: the `ledger.v1.Ledger` implementation, one line per RPC.
+//! - `auth`: optional bearer tokens, the key namespace per client, and the
+//!   methods each client may call: a transport concern, read from the request's
+//!   metadata before any RPC runs.
 //! - `request`: protobuf request -> validated domain operation, one function per RPC.
 //! - `outcome`: domain outcome <-> the bytes stored under a key and replayed.
 //! - `status`: the one mapping from [`crate::error::Error`] to `tonic::Status`.
@@ -12,6 +15,7 @@
 //! - `limits`: RESOURCE_EXHAUSTED for oversized requests.
 
 pub mod audit;
+pub mod auth;
 pub mod codec;
 mod deadline;
 mod limits;

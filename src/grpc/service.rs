@@ -14,10 +14,10 @@ use super::outcome::{self, account_message, entry_message, hold_message, timesta
 use super::pages::PageTokens;
 use super::request::{self, Keyed};
 use super::status::report;
-use crate::auth::Client;
 use crate::call::{Abandoned, Call};
 use crate::db::Persistence;
 use crate::error::Error;
+use crate::grpc::auth::Client;
 use crate::ledger::{IdempotencyKey, Method, ScopedKey};
 use crate::proto::pb;
 use crate::proto::pb::ledger_server::Ledger;

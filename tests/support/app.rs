@@ -4,9 +4,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ledger::app::Application;
-use ledger::auth::Tokens;
 use ledger::config::{Settings, TlsIdentity};
 use ledger::db::{MultiPrimary, PoolSettings};
+use ledger::grpc::auth::Tokens;
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
 use tokio_util::sync::CancellationToken;

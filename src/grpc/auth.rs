@@ -65,7 +65,7 @@ impl Tokens {
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {
-        let methods = crate::grpc::method_names();
+        let methods = super::method_names();
         let mut by_hash = HashMap::new();
         let mut ids = std::collections::HashSet::new();
         for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
@@ -168,11 +168,11 @@ impl Interceptor for Authenticator {
                     .get("authorization")
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.strip_prefix("Bearer "))
-                    .ok_or_else(|| crate::grpc::unauthenticated("missing bearer token"))?;
+                    .ok_or_else(|| super::status::unauthenticated("missing bearer token"))?;
                 tokens
                     .client(token.trim())
                     .cloned()
-                    .ok_or_else(|| crate::grpc::unauthenticated("unknown bearer token"))?
+                    .ok_or_else(|| super::status::unauthenticated("unknown bearer token"))?
             }
         };
         request.extensions_mut().insert(client);
