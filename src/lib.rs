@@ -12,25 +12,35 @@
 //! - [`ledger`]: the domain: validated values, one module per operation
 //!   (`ledger::ops`) deciding against the locked rows of a `Book`, request
 //!   fingerprints, stored outcomes. Knows nothing of tonic or diesel.
-//! - [`db`]: all SQL: the pools, migrations, the exactly-once transaction (one
-//!   executor for every operation), the reads.
+//! - [`db`]: all SQL, in layers: `db::conn` (connections, pools, bounded
+//!   transactions), `db::tables` (one file per table, and the reads), `db::exec`
+//!   (the exactly-once transaction, one executor for every operation) and
+//!   `db::admin` (migrations, retention, the audit's queries).
 //! - [`grpc`]: the tonic service: protobuf in, domain, protobuf out; the one error
 //!   mapping; bearer tokens, the key namespace per client, and the methods each
 //!   client may call (`grpc::auth`).
+//! - [`proto`]: the generated code, from the `ledger-proto` crate.
 //! - [`call`]: a call's deadline and cancellation, shared by the RPC handler and
 //!   the database task.
 //! - [`error`]: the one error type.
 //! - [`audit`]: the invariants, checked on a live database (`ledger audit`).
 //! - [`health`]: the gRPC health status, following the database.
-//! - [`tools`]: not the service: `ledger bench`, the load generator, and a
-//!   private MySQL-compatible server for development and tests.
-//! - [`config`], [`telemetry`], [`app`], [`commands`]: flags, logs and metrics,
-//!   building and serving, and the `ledger` subcommands.
+//! - [`config`], [`telemetry`], [`app`]: flags and the settings they make, logs
+//!   and metrics, building and serving.
+//!
+//! Outside this library, in the same workspace:
+//!
+//! - `src/main.rs` and `src/commands.rs`: the `ledger` binary, its command line
+//!   and its subcommands.
+//! - `crates/ledger-proto`: the wire contract (`proto/ledger/v1/ledger.proto`)
+//!   compiled to Rust once, with its codec; the service and clients share it.
+//! - `crates/ledger-devtools`: not the service: `ledger bench`, the load
+//!   generator, and a private MySQL-compatible server for development and tests.
+//!   Only the binary and the tests use it.
 
 pub mod app;
 pub mod audit;
 pub mod call;
-pub mod commands;
 pub mod config;
 pub mod db;
 pub mod error;
@@ -39,4 +49,3 @@ pub mod health;
 pub mod ledger;
 pub mod proto;
 pub mod telemetry;
-pub mod tools;

@@ -10,13 +10,11 @@
 //! - `status`: the one mapping from [`crate::error::Error`] to `tonic::Status`.
 //! - `pages`: ListEntries' page tokens.
 //! - `audit`: `ledger audit`'s judgement of stored outcomes.
-//! - `codec`: prost's codec, with malformed requests as INVALID_ARGUMENT.
 //! - `deadline`: the caller's deadline from the `grpc-timeout` header.
 //! - `limits`: RESOURCE_EXHAUSTED for oversized requests.
 
 pub mod audit;
 pub mod auth;
-pub mod codec;
 mod deadline;
 mod limits;
 mod outcome;
@@ -46,4 +44,14 @@ pub fn method_names() -> Vec<String> {
         .flat_map(|s| &s.method)
         .map(|m| m.name().to_owned())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// Statuses the codec makes (before any RPC runs) and those of `status` name
+    /// the same domain.
+    #[test]
+    fn the_codec_and_the_status_mapping_share_one_domain() {
+        assert_eq!(ledger_proto::ERROR_DOMAIN, super::DOMAIN);
+    }
 }

@@ -3,12 +3,15 @@
 //! field) is the caller's error, INVALID_ARGUMENT, where prost's codec says
 //! INTERNAL.
 
+use std::collections::HashMap;
+
 use prost::Message;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::{Code, Status};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
+use tonic_types::{ErrorDetails, StatusExt as _};
 
-use super::status::with_info;
+use crate::ERROR_DOMAIN;
 
 #[derive(Debug, Clone, Default)]
 pub struct LedgerCodec<T, U>(ProstCodec<T, U>);
@@ -41,14 +44,13 @@ impl<U: Message + Default> Decoder for LedgerDecoder<U> {
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         self.0.decode(buf).map_err(|e| {
-            with_info(
+            Status::with_error_details(
                 Code::InvalidArgument,
                 format!(
                     "the request is not a valid protobuf message: {}",
                     e.message()
                 ),
-                "INVALID_REQUEST",
-                [],
+                ErrorDetails::with_error_info("INVALID_REQUEST", ERROR_DOMAIN, HashMap::new()),
             )
         })
     }

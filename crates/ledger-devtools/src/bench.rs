@@ -30,8 +30,8 @@ use tokio::time::Instant;
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::proto::pb;
-use crate::proto::pb::ledger_client::LedgerClient;
+use ledger_proto::pb;
+use ledger_proto::pb::ledger_client::LedgerClient;
 
 /// Every bench account starts with this much: no Charge of a run can exhaust it.
 const OPENING_BALANCE: i64 = 1_000_000_000_000_000;
