@@ -6,17 +6,25 @@
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /app
 # Dependencies in a layer of their own, rebuilt only when the manifests or the
-# wire contract change: build a stub crate against the real Cargo.lock first.
-COPY Cargo.toml Cargo.lock build.rs ./
+# wire contract change: build stub crates of the workspace against the real
+# Cargo.lock first. ledger-proto's build script is real, so the generated code's
+# own dependencies are built here too.
+COPY Cargo.toml Cargo.lock ./
+COPY crates/ledger-proto/Cargo.toml crates/ledger-proto/build.rs ./crates/ledger-proto/
+COPY crates/ledger-devtools/Cargo.toml ./crates/ledger-devtools/
 COPY proto ./proto
-RUN mkdir src \
+RUN mkdir -p src crates/ledger-proto/src crates/ledger-devtools/src \
  && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs \
+ && touch src/lib.rs crates/ledger-proto/src/lib.rs crates/ledger-devtools/src/lib.rs \
  && cargo build --release --locked \
- && rm -rf src
+ && rm -rf src crates/ledger-proto/src crates/ledger-devtools/src
 COPY src ./src
+COPY crates/ledger-proto/src ./crates/ledger-proto/src
+COPY crates/ledger-devtools/src ./crates/ledger-devtools/src
 COPY migrations ./migrations
-RUN touch src/main.rs src/lib.rs && cargo build --release --locked
+# The copies keep the context's times, which may be older than the stubs' build.
+RUN touch src/main.rs src/lib.rs crates/ledger-proto/src/lib.rs crates/ledger-devtools/src/lib.rs \
+ && cargo build --release --locked
 
 FROM debian:bookworm-slim
 RUN apt-get update \

@@ -4,83 +4,33 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Identity, Server, ServerTlsConfig};
 use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
-use crate::auth::{Authenticator, Tokens};
-use crate::db::purge::Purger;
-use crate::db::{self, BeforeCommit, Limits, Persistence, PoolSettings, Session, migrate};
+use crate::config::Settings;
+use crate::db::admin::migrate;
+use crate::db::admin::purge::Purger;
+use crate::db::{self, BeforeCommit, Persistence};
+use crate::grpc::auth::Authenticator;
 use crate::grpc::{LedgerService, PageTokens, ProtoEncoder, ResourceExhausted};
 use crate::health;
 use crate::proto::pb;
 use crate::telemetry::metrics;
 
-/// Everything `Application::build` needs, already validated.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub listen: SocketAddr,
-    /// The database; on a cluster, the node this instance prefers.
-    pub database_url: String,
-    /// Other nodes of the same database, tried in order when the preferred one
-    /// does not answer.
-    pub failover_urls: Vec<String>,
-    /// SQL run on every new connection, and whether to assume a multi-primary
-    /// cluster.
-    pub session: Session,
-    /// How keyed transactions choose among several database URLs.
-    pub routing: db::Routing,
-    pub pool: PoolSettings,
-    pub limits: Limits,
-    /// Apply pending migrations at start; when false, refuse to start if any are.
-    pub migrate: bool,
-    /// How long to keep trying to reach the database at start.
-    pub connect_timeout: Duration,
-    /// After a shutdown signal, how long to keep serving while reporting
-    /// NOT_SERVING, so load balancers stop sending calls first.
-    pub shutdown_delay: Duration,
-    /// Then, how long calls in flight may take to finish.
-    pub shutdown_grace: Duration,
-    /// Where to serve Prometheus metrics; off when `None`.
-    pub metrics_listen: Option<SocketAddr>,
-    /// Bearer tokens to require; every caller shares one namespace when `None`.
-    pub auth: Option<Tokens>,
-    pub tls: Option<TlsIdentity>,
-    /// Largest request message accepted.
-    pub max_message_bytes: usize,
-    /// Ledger calls served at once; more are refused with RESOURCE_EXHAUSTED.
-    pub max_concurrent_calls: usize,
-    /// HTTP/2 streams one connection may have open.
-    pub max_concurrent_streams: u32,
-    /// Purge key rows older than this (SPEC 3.5); `None` keeps them forever.
-    pub key_retention: Option<Duration>,
-}
-
-impl Settings {
-    /// The defaults of `ledger serve` (its flags' defaults, not the environment)
-    /// for everything but where to listen and which database to use.
-    pub fn new(listen: SocketAddr, database_url: impl Into<String>) -> anyhow::Result<Self> {
-        let mut settings = crate::config::ServeArgs::defaults()?.settings(database_url.into())?;
-        settings.listen = listen;
-        Ok(settings)
-    }
-}
-
 /// The startup self-check (SPEC 3.3) against every configured node that answers,
 /// on a connection set up as the keyed pool's are; one that does not answer is
 /// checked when a connection to it is first opened (every new connection is).
 async fn check_every_node(urls: &[String], settings: &Settings) -> anyhow::Result<()> {
-    let keyed = db::pool::Setup::new(
+    let keyed = db::conn::pool::Setup::new(
         db::Role::Keyed {
             lock_wait_secs: crate::call::whole_secs(settings.limits.lock_wait),
         },
@@ -88,18 +38,18 @@ async fn check_every_node(urls: &[String], settings: &Settings) -> anyhow::Resul
     );
     for url in urls {
         let at = migrate::describe(url);
-        let mut conn = match db::pool::connect(url).await {
+        let mut conn = match db::conn::connection::connect(url).await {
             Ok(conn) => conn,
             Err(e) => {
                 tracing::warn!(%at, error = %e, "node unreachable; checked when first used");
                 continue;
             }
         };
-        if db::self_check::read_only(&mut conn).await? {
+        if db::conn::self_check::read_only(&mut conn).await? {
             tracing::warn!(%at, "node is read-only (a replica or a secondary): no keyed transaction goes there while it is");
             continue;
         }
-        let (_, multi_primary) = db::pool::open(url, &keyed)
+        let (_, multi_primary) = db::conn::pool::open(url, &keyed)
             .await
             .with_context(|| format!("the self-check failed on {at}"))?;
         if multi_primary {
@@ -133,38 +83,6 @@ fn warn_about_plaintext_tokens(settings: &Settings) {
             "bearer tokens are accepted without TLS on a non-loopback address: they cross the \
              network in the clear; set --tls-cert and --tls-key"
         );
-    }
-}
-
-/// A server certificate chain and its key, checked to make a TLS configuration.
-#[derive(Debug, Clone)]
-pub struct TlsIdentity {
-    cert_pem: Vec<u8>,
-    key_pem: Vec<u8>,
-}
-
-impl TlsIdentity {
-    pub fn load(cert: &Path, key: &Path) -> anyhow::Result<Self> {
-        let read = |path: &Path| {
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
-        };
-        Self::from_pem(read(cert)?, read(key)?).with_context(|| {
-            format!(
-                "{} and {} do not make a TLS identity",
-                cert.display(),
-                key.display()
-            )
-        })
-    }
-
-    pub fn from_pem(cert_pem: Vec<u8>, key_pem: Vec<u8>) -> anyhow::Result<Self> {
-        let identity = Self { cert_pem, key_pem };
-        Server::builder().tls_config(identity.config())?;
-        Ok(identity)
-    }
-
-    fn config(&self) -> ServerTlsConfig {
-        ServerTlsConfig::new().identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
     }
 }
 
@@ -202,7 +120,7 @@ impl Application {
         }
         check_every_node(&urls, &settings).await?;
         warn_about_plaintext_tokens(&settings);
-        let pages = PageTokens::new(&db::secrets::page_token_key(url).await?)
+        let pages = PageTokens::new(&db::admin::secrets::page_token_key(url).await?)
             .map_err(|e| anyhow::anyhow!("the page-token key: {e}"))?;
         let pools = db::Pools::build(
             &urls,

@@ -18,8 +18,8 @@ use std::fmt;
 use anyhow::Context as _;
 use prost::Message as _;
 
-use crate::db::audit::{self, EntryFacts, Sizes, StoredKey, Violation};
-use crate::db::pool;
+use crate::db::admin::audit::{self, EntryFacts, Sizes, StoredKey, Violation};
+use crate::db::conn::connection;
 use crate::ledger::Effect;
 use crate::ops::Method;
 
@@ -57,7 +57,7 @@ impl fmt::Display for Report {
 }
 
 pub async fn audit(database_url: &str) -> anyhow::Result<Report> {
-    let mut conn = pool::connect(database_url)
+    let mut conn = connection::connect(database_url)
         .await
         .context("cannot connect to the database")?;
     let (sizes, violations) = audit::run(&mut conn, judge)

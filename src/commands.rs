@@ -1,4 +1,6 @@
-//! The `ledger` subcommands.
+//! The `ledger` subcommands: what each runs. Part of the binary, not the library,
+//! since without a database URL they run the private development server
+//! (`ledger_devtools::managed`), which is not part of the service.
 
 use std::process::ExitCode;
 
@@ -8,16 +10,16 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::app::Application;
-use crate::config::{AuditArgs, DatabaseArgs, HealthcheckArgs, MigrateArgs, PurgeArgs, ServeArgs};
-use crate::db::migrate;
-use crate::tools::managed::{ManagedOptions, ManagedServer};
+use ledger::app::Application;
+use ledger::config::{AuditArgs, DatabaseArgs, HealthcheckArgs, MigrateArgs, PurgeArgs, ServeArgs};
+use ledger::db::admin::migrate;
+use ledger_devtools::managed::{ManagedOptions, ManagedServer};
 
 /// The database the service uses on its private development server.
 const DEV_DATABASE: &str = "ledger";
 
 /// `ledger serve`: serves until SIGTERM or SIGINT, then drains and exits.
-pub async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+pub(crate) async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     with_database(&args.database, |url| async move {
         let app = Application::build(args.settings(url)?, None).await?;
         app.run_until(shutdown_signal()).await
@@ -26,7 +28,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
 }
 
 /// `ledger migrate`: applies pending migrations and exits.
-pub async fn migrate(args: &MigrateArgs) -> anyhow::Result<()> {
+pub(crate) async fn migrate(args: &MigrateArgs) -> anyhow::Result<()> {
     with_database(&args.database, |url| async move {
         // Any node of a cluster will do: the schema replicates.
         let urls = match args.database.database_url.as_slice() {
@@ -42,9 +44,9 @@ pub async fn migrate(args: &MigrateArgs) -> anyhow::Result<()> {
 }
 
 /// `ledger audit`: prints every violation and a summary; fails if any.
-pub async fn audit(args: &AuditArgs) -> anyhow::Result<()> {
+pub(crate) async fn audit(args: &AuditArgs) -> anyhow::Result<()> {
     with_database(&args.database, |url| async move {
-        let report = crate::audit::audit(&url).await?;
+        let report = ledger::audit::audit(&url).await?;
         println!("{report}");
         anyhow::ensure!(report.passed(), "the ledger breaks its invariants");
         Ok(())
@@ -56,14 +58,14 @@ pub async fn audit(args: &AuditArgs) -> anyhow::Result<()> {
 const PURGE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// `ledger purge`: one round of retention, then a summary.
-pub async fn purge(args: &PurgeArgs) -> anyhow::Result<()> {
+pub(crate) async fn purge(args: &PurgeArgs) -> anyhow::Result<()> {
     with_database(&args.database, |url| async move {
         let urls = match args.database.database_url.as_slice() {
             [] => vec![url],
             given => given.to_vec(),
         };
         let stop = tokio_util::sync::CancellationToken::new();
-        let purged = crate::db::purge::Purger::new(&urls, args.older_than)
+        let purged = ledger::db::admin::purge::Purger::new(&urls, args.older_than)
             .round(PURGE_LOCK_WAIT, &stop)
             .await?
             .with_context(|| {
@@ -83,7 +85,7 @@ pub async fn purge(args: &PurgeArgs) -> anyhow::Result<()> {
 }
 
 /// `ledger healthcheck`: exit 0 if the server reports SERVING, 1 otherwise.
-pub async fn healthcheck(args: &HealthcheckArgs) -> ExitCode {
+pub(crate) async fn healthcheck(args: &HealthcheckArgs) -> ExitCode {
     match check_health(args).await {
         Ok(ServingStatus::Serving) => ExitCode::SUCCESS,
         Ok(status) => {

@@ -1,16 +1,20 @@
 //! Command-line and environment configuration, validated once at start: every flag
 //! has a `LEDGER_*` environment twin, and a bad value stops the process with one
-//! clear line before anything is opened.
+//! clear line before anything is opened. The result is a [`Settings`], all that
+//! `app::Application::build` needs; the flags come down to it here, so building
+//! and serving never see a flag.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use tonic::transport::{Identity, Server, ServerTlsConfig};
 
-use crate::app::{Settings, TlsIdentity};
-use crate::auth::Tokens;
-use crate::db::{Limits, MultiPrimary, PoolSettings, Routing, Session, migrate};
+use crate::db::admin::migrate;
+use crate::db::{Limits, MultiPrimary, PoolSettings, Routing, Session};
+use crate::grpc::auth::Tokens;
 use crate::telemetry::LogFormat;
 
 /// MySQL's upper bound for `innodb_lock_wait_timeout`, in seconds.
@@ -22,7 +26,7 @@ const MAX_LOCK_WAIT_SECS: u64 = 1_073_741_824;
     version,
     about = "A gRPC ledger that charges accounts exactly once"
 )]
-pub struct Cli {
+pub struct Cli<C: Subcommand> {
     /// Log format
     #[arg(
         long,
@@ -34,9 +38,10 @@ pub struct Cli {
     pub log_format: LogFormat,
 
     #[command(subcommand)]
-    pub command: Command,
+    pub command: C,
 }
 
+/// The service's subcommands; the `ledger` binary adds its tools' to them.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the ledger.v1.Ledger gRPC API (with health and reflection)
@@ -50,8 +55,6 @@ pub enum Command {
     /// Purge idempotency key rows older than a duration once, in small batches,
     /// and exit (what `serve --key-retention` does continuously)
     Purge(PurgeArgs),
-    /// Load a running server over gRPC and report throughput and latency
-    Bench(crate::tools::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -301,6 +304,88 @@ impl ServeArgs {
     }
 }
 
+/// Everything `Application::build` needs, already validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    /// The database; on a cluster, the node this instance prefers.
+    pub database_url: String,
+    /// Other nodes of the same database, tried in order when the preferred one
+    /// does not answer.
+    pub failover_urls: Vec<String>,
+    /// SQL run on every new connection, and whether to assume a multi-primary
+    /// cluster.
+    pub session: Session,
+    /// How keyed transactions choose among several database URLs.
+    pub routing: Routing,
+    pub pool: PoolSettings,
+    pub limits: Limits,
+    /// Apply pending migrations at start; when false, refuse to start if any are.
+    pub migrate: bool,
+    /// How long to keep trying to reach the database at start.
+    pub connect_timeout: Duration,
+    /// After a shutdown signal, how long to keep serving while reporting
+    /// NOT_SERVING, so load balancers stop sending calls first.
+    pub shutdown_delay: Duration,
+    /// Then, how long calls in flight may take to finish.
+    pub shutdown_grace: Duration,
+    /// Where to serve Prometheus metrics; off when `None`.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Bearer tokens to require; every caller shares one namespace when `None`.
+    pub auth: Option<Tokens>,
+    pub tls: Option<TlsIdentity>,
+    /// Largest request message accepted.
+    pub max_message_bytes: usize,
+    /// Ledger calls served at once; more are refused with RESOURCE_EXHAUSTED.
+    pub max_concurrent_calls: usize,
+    /// HTTP/2 streams one connection may have open.
+    pub max_concurrent_streams: u32,
+    /// Purge key rows older than this (SPEC 3.5); `None` keeps them forever.
+    pub key_retention: Option<Duration>,
+}
+
+impl Settings {
+    /// The defaults of `ledger serve` (its flags' defaults, not the environment)
+    /// for everything but where to listen and which database to use.
+    pub fn new(listen: SocketAddr, database_url: impl Into<String>) -> anyhow::Result<Self> {
+        let mut settings = ServeArgs::defaults()?.settings(database_url.into())?;
+        settings.listen = listen;
+        Ok(settings)
+    }
+}
+
+/// A server certificate chain and its key, checked to make a TLS configuration.
+#[derive(Debug, Clone)]
+pub struct TlsIdentity {
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+}
+
+impl TlsIdentity {
+    pub fn load(cert: &Path, key: &Path) -> anyhow::Result<Self> {
+        let read = |path: &Path| {
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+        };
+        Self::from_pem(read(cert)?, read(key)?).with_context(|| {
+            format!(
+                "{} and {} do not make a TLS identity",
+                cert.display(),
+                key.display()
+            )
+        })
+    }
+
+    pub fn from_pem(cert_pem: Vec<u8>, key_pem: Vec<u8>) -> anyhow::Result<Self> {
+        let identity = Self { cert_pem, key_pem };
+        Server::builder().tls_config(identity.config())?;
+        Ok(identity)
+    }
+
+    pub(crate) fn config(&self) -> ServerTlsConfig {
+        ServerTlsConfig::new().identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
+    }
+}
+
 fn parse_database_url(raw: &str) -> Result<String, String> {
     // The URL may hold a password, so errors never echo it.
     migrate::database_name(raw).map_err(|e| e.to_string())?;
@@ -340,7 +425,7 @@ mod tests {
     #[test]
     fn the_cli_is_well_formed() {
         use clap::CommandFactory;
-        Cli::command().debug_assert();
+        Cli::<Command>::command().debug_assert();
     }
 
     #[test]
@@ -377,7 +462,8 @@ mod tests {
     #[test]
     fn the_healthcheck_dials_loopback_for_an_unspecified_address() {
         let args =
-            Cli::try_parse_from(["ledger", "healthcheck", "--listen", "0.0.0.0:7000"]).unwrap();
+            Cli::<Command>::try_parse_from(["ledger", "healthcheck", "--listen", "0.0.0.0:7000"])
+                .unwrap();
         let Command::Healthcheck(args) = args.command else {
             panic!("healthcheck");
         };

@@ -84,7 +84,7 @@ async fn answers(pool: &Pool) -> bool {
         let mut conn = pool.checkout(Some(CHECK_INTERVAL)).await.ok()?;
         let answered = diesel::sql_query("SELECT 1").execute(&mut *conn).await;
         if answered.is_err() {
-            crate::db::pool::discard(&mut conn);
+            crate::db::conn::connection::discard(&mut conn);
         }
         answered.ok()
     };

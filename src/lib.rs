@@ -16,27 +16,35 @@
 //!   parsing, the fields its key is bound to, what it locks, its decision, its
 //!   reply, and the effects it leaves; and the registry, one line per
 //!   operation, that generates the `Method` enum and the wiring.
-//! - [`db`]: all SQL: the pools, migrations, the exactly-once transaction (one
-//!   executor for every operation), the reads.
+//! - [`db`]: all SQL, in layers: `db::conn` (connections, pools, bounded
+//!   transactions), `db::tables` (one file per table, and the reads), `db::exec`
+//!   (the exactly-once transaction, one for every operation and for a lone call
+//!   or a batch) and `db::admin` (migrations, retention, the audit's queries).
 //! - [`grpc`]: the tonic service: protobuf in, domain, protobuf out; the one error
-//!   mapping.
+//!   mapping; bearer tokens, the key namespace per client, and the methods each
+//!   client may call (`grpc::auth`).
+//! - [`proto`]: the generated code, from the `ledger-proto` crate.
 //! - [`call`]: a call's deadline and cancellation, shared by the RPC handler and
 //!   the database task.
 //! - [`error`]: the one error type.
 //! - [`audit`]: the invariants, checked on a live database (`ledger audit`).
-//! - [`auth`]: optional bearer tokens, the key namespace per client, and the
-//!   methods each client may call.
 //! - [`health`]: the gRPC health status, following the database.
-//! - [`tools`]: not the service: `ledger bench`, the load generator, and a
-//!   private MySQL-compatible server for development and tests.
-//! - [`config`], [`telemetry`], [`app`], [`commands`]: flags, logs and metrics,
-//!   building and serving, and the `ledger` subcommands.
+//! - [`config`], [`telemetry`], [`app`]: flags and the settings they make, logs
+//!   and metrics, building and serving.
+//!
+//! Outside this library, in the same workspace:
+//!
+//! - `src/main.rs` and `src/commands.rs`: the `ledger` binary, its command line
+//!   and its subcommands.
+//! - `crates/ledger-proto`: the wire contract (`proto/ledger/v1/ledger.proto`)
+//!   compiled to Rust once, with its codec; the service and clients share it.
+//! - `crates/ledger-devtools`: not the service: `ledger bench`, the load
+//!   generator, and a private MySQL-compatible server for development and tests.
+//!   Only the binary and the tests use it.
 
 pub mod app;
 pub mod audit;
-pub mod auth;
 pub mod call;
-pub mod commands;
 pub mod config;
 pub mod db;
 pub mod error;
@@ -46,4 +54,3 @@ pub mod ledger;
 pub mod ops;
 pub mod proto;
 pub mod telemetry;
-pub mod tools;

@@ -1,23 +1,39 @@
+//! The `ledger` binary: the command line, and the subcommands it dispatches to.
+
+mod commands;
+
 use std::process::ExitCode;
 
-use clap::Parser as _;
-use ledger::commands;
-use ledger::config::{Cli, Command};
+use clap::{Parser as _, Subcommand};
+use ledger::config::{self, Cli};
+use ledger_devtools::bench;
+
+/// The service's subcommands (`ledger::config`), and `bench`, which is not part of
+/// the service and so joins them only here, in the binary.
+#[derive(Debug, Subcommand)]
+enum Command {
+    #[command(flatten)]
+    Service(config::Command),
+    /// Load a running server over gRPC and report throughput and latency
+    Bench(bench::BenchArgs),
+}
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::<Command>::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
     ledger::telemetry::init(cli.log_format);
     let result = match &cli.command {
-        Command::Serve(args) => commands::serve(args).await,
-        Command::Migrate(args) => commands::migrate(args).await,
-        Command::Audit(args) => commands::audit(args).await,
-        Command::Purge(args) => commands::purge(args).await,
-        Command::Bench(args) => ledger::tools::bench::run(args).await,
-        Command::Healthcheck(args) => return commands::healthcheck(args).await,
+        Command::Service(command) => match command {
+            config::Command::Serve(args) => commands::serve(args).await,
+            config::Command::Migrate(args) => commands::migrate(args).await,
+            config::Command::Audit(args) => commands::audit(args).await,
+            config::Command::Purge(args) => commands::purge(args).await,
+            config::Command::Healthcheck(args) => return commands::healthcheck(args).await,
+        },
+        Command::Bench(args) => bench::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -48,3 +64,12 @@ fn usage_error(e: &clap::Error) -> ExitCode {
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_cli_with_its_tools_is_well_formed() {
+        use clap::CommandFactory as _;
+        super::Cli::<super::Command>::command().debug_assert();
+    }
+}

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ledger::tools::managed::{ManagedOptions, ManagedServer};
+use ledger_devtools::managed::{ManagedOptions, ManagedServer};
 use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::Signal;
 use rand::rngs::StdRng;

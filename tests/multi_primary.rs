@@ -89,10 +89,10 @@ impl Engine {
         }
     }
 
-    fn as_service_sees_it(self) -> ledger::db::cluster::Engine {
+    fn as_service_sees_it(self) -> ledger::db::conn::cluster::Engine {
         match self {
-            Self::Galera => ledger::db::cluster::Engine::Galera,
-            Self::GroupReplication => ledger::db::cluster::Engine::GroupReplication,
+            Self::Galera => ledger::db::conn::cluster::Engine::Galera,
+            Self::GroupReplication => ledger::db::conn::cluster::Engine::GroupReplication,
         }
     }
 }
@@ -231,22 +231,24 @@ async fn settle(
 }
 
 /// Every node is recognized as a node of its engine, so the service's final
-/// batches there are guarded and checked after COMMIT (`db::writes`) and its
-/// sessions read causally (`db::cluster`).
+/// batches there are guarded and checked after COMMIT (`db::exec::writes`) and its
+/// sessions read causally (`db::conn::cluster`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
 async fn every_node_is_recognized_as_multi_primary() {
     for node in nodes() {
-        let mut conn = ledger::db::pool::connect(&node).await.unwrap();
+        let mut conn = ledger::db::conn::connection::connect(&node).await.unwrap();
         assert!(
-            ledger::db::self_check::is_multi_primary(&mut conn)
+            ledger::db::conn::self_check::is_multi_primary(&mut conn)
                 .await
                 .unwrap(),
             "{node}"
         );
-        let found = ledger::db::cluster::make_causal(&mut conn).await.unwrap();
+        let found = ledger::db::conn::cluster::make_causal(&mut conn)
+            .await
+            .unwrap();
         assert_eq!(found, engine().as_service_sees_it(), "{node}");
-        ledger::db::cluster::verify_causal(&mut conn, found)
+        ledger::db::conn::cluster::verify_causal(&mut conn, found)
             .await
             .unwrap();
     }
@@ -259,7 +261,9 @@ async fn every_node_is_recognized_as_multi_primary() {
 #[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
 async fn a_batch_reports_a_failure_in_any_of_its_statements() {
     use diesel_async::SimpleAsyncConnection as _;
-    let mut conn = ledger::db::pool::connect(&nodes()[0]).await.unwrap();
+    let mut conn = ledger::db::conn::connection::connect(&nodes()[0])
+        .await
+        .unwrap();
     for batch in [
         "SELECT 1; SELECT * FROM ledger_no_such_table; DO 2",
         "DO 1; DO 2; SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT = 'late', MYSQL_ERRNO = 1213",
@@ -601,7 +605,7 @@ async fn balance(channel: Channel, account: u64) -> i64 {
 /// many transactions are aborted by another node's write set while their final
 /// batch runs. Every key's copies get the same answer, and the ledger stays
 /// consistent (this found the server continuing a batch after such an abort; see
-/// `db::writes`).
+/// `db::exec::writes`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
 async fn concurrent_duplicates_on_three_nodes_keep_the_ledger_consistent() {

@@ -1,50 +1,19 @@
 //! All SQL lives here. [`Persistence`] owns the pools; each public method is one
 //! named operation.
 //!
-//! - `pool`: connections without `CLIENT_FOUND_ROWS`, and the bb8 pools.
-//! - `self_check`: the check, at start and on every new connection, that the probe
-//!   reports 1 then 0 and the session is as its pool needs; and whether the server
-//!   is a multi-primary node.
-//! - `cluster`: which engine a connection reached, and the causal reads a
-//!   multi-primary node needs for keyed transactions and migrations.
-//! - `migrate`: database creation and the embedded migrations.
-//! - `attempt`: one attempt at the exactly-once transaction of SPEC 3.2, the same
-//!   for every operation and for one call or a batch: probe, decide, write,
-//!   COMMIT, settle. `load` locks what the calls need, `writes` sends what they
-//!   changed with the COMMIT, `tx` bounds each round trip.
-//! - `keyed`: one call's attempts, retried; `group`: group commit, a batch's
-//!   attempts, retried or split.
-//! - `route`: which node of a cluster a keyed transaction goes to.
-//! - `effects`: what a key changed, found through the effects that carry it;
-//!   `purge`: retention of key rows.
-//! - `failure`: classification of failed statements by MySQL error code.
-//! - `idempotency`, `accounts`, `entries`, `holds`: one file per table;
-//!   `ids`: ids in blocks; `reads`: the plain reads and the key look-up; `sql`:
-//!   statements as text.
+//! The folders are layers; each builds only on those below it:
+//!
+//! - `exec`: the exactly-once executor, the same for every operation.
+//! - `tables`: one file per table, and the plain reads.
+//! - `admin`: migrations, retention, the audit, the shared secret; work outside
+//!   the request path.
+//! - `conn`: connections, pools, the self-check, routing, bounded transactions,
+//!   failure classification, statements as text.
 
-mod accounts;
-mod attempt;
-pub mod audit;
-pub mod cluster;
-mod effects;
-mod entries;
-mod failure;
-mod group;
-mod holds;
-mod idempotency;
-mod ids;
-mod keyed;
-mod load;
-pub mod migrate;
-pub mod pool;
-pub mod purge;
-mod reads;
-pub mod route;
-pub mod secrets;
-pub mod self_check;
-mod sql;
-mod tx;
-mod writes;
+pub mod admin;
+pub mod conn;
+mod exec;
+mod tables;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,10 +25,11 @@ use crate::call::Call;
 use crate::error::Error;
 use crate::ledger::{DeclineEncoder, KeyedOutcome, ScopedKey};
 use crate::ops::{Command, Method};
-pub use idempotency::KeyRow;
-pub use pool::{MultiPrimary, Pool, PoolSettings, Role, Session};
-pub use reads::Page;
-pub use route::{Nodes, Routing};
+pub use conn::pool::{MultiPrimary, Pool, PoolSettings, Role, Session};
+pub use conn::route::{Nodes, Routing};
+use exec::{group, ids, keyed, writes};
+pub use tables::idempotency::KeyRow;
+pub use tables::reads::Page;
 
 /// Bounds on waiting and retrying. Every wait in a transaction is bounded by one of
 /// these or by the caller's deadline, whichever is shorter.
@@ -120,7 +90,7 @@ impl Pools {
         };
         Self {
             keyed: Nodes::build(urls, settings, keyed, session, routing),
-            reads: pool::build(urls, reads, Role::Reads, session),
+            reads: conn::pool::build(urls, reads, Role::Reads, session),
         }
     }
 }

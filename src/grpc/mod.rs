@@ -3,16 +3,18 @@
 //!
 //! - `service`: the `ledger.v1.Ledger` implementation: the keyed RPCs generated
 //!   from the operations' registry (`ops`), the reads one line each.
+//! - `auth`: optional bearer tokens, the key namespace per client, and the
+//!   methods each client may call: a transport concern, read from the request's
+//!   metadata before any RPC runs.
 //! - `request`: the read RPCs' requests -> validated domain values.
 //! - `outcome`: the bytes stored under a key -> the answer, and the encoding of
 //!   declines.
 //! - `status`: the one mapping from [`crate::error::Error`] to `tonic::Status`.
 //! - `pages`: ListEntries' page tokens.
-//! - `codec`: prost's codec, with malformed requests as INVALID_ARGUMENT.
 //! - `deadline`: the caller's deadline from the `grpc-timeout` header.
 //! - `limits`: RESOURCE_EXHAUSTED for oversized requests.
 
-pub mod codec;
+pub mod auth;
 mod deadline;
 mod limits;
 mod outcome;
@@ -42,4 +44,14 @@ pub fn method_names() -> Vec<String> {
         .flat_map(|s| &s.method)
         .map(|m| m.name().to_owned())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// Statuses the codec makes (before any RPC runs) and those of `status` name
+    /// the same domain.
+    #[test]
+    fn the_codec_and_the_status_mapping_share_one_domain() {
+        assert_eq!(ledger_proto::ERROR_DOMAIN, super::DOMAIN);
+    }
 }

@@ -15,10 +15,10 @@ use super::outcome;
 use super::pages::PageTokens;
 use super::request;
 use super::status::report;
-use crate::auth::Client;
 use crate::call::{Abandoned, Call};
 use crate::db::Persistence;
 use crate::error::Error;
+use crate::grpc::auth::Client;
 use crate::ledger::{IdempotencyKey, ScopedKey};
 use crate::ops::{
     self, Method, Operation, account_message, entry_message, hold_message, timestamp,

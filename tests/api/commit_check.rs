@@ -1,4 +1,4 @@
-//! Multi-primary batches (`db::writes`, `Batch::Guarded`): every write guarded, and
+//! Multi-primary batches (`db::exec::writes`, `Batch::Guarded`): every write guarded, and
 //! after COMMIT a check that raises a deadlock error unless the key's committed
 //! reply is the transaction's own, so a COMMIT that reported success with nothing
 //! in it (a Galera cluster can do that; tests/multi_primary.rs) is retried like any

@@ -5,8 +5,8 @@
 use diesel_async::{
     AsyncConnection as _, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection,
 };
-use ledger::db::pool;
-use ledger::db::self_check::{SelfCheckError, verify_affected_rows};
+use ledger::db::conn::self_check::{SelfCheckError, verify_affected_rows};
+use ledger::db::conn::{connection, pool};
 
 use crate::support::{TestApp, TestDb};
 
@@ -54,12 +54,12 @@ async fn the_service_connections_report_affected_rows() {
     let db = TestDb::new();
     let _app = TestApp::spawn(&db).await;
 
-    let mut conn = pool::connect(&db.url).await.unwrap();
+    let mut conn = connection::connect(&db.url).await.unwrap();
     assert_eq!(probe_twice(&mut conn).await, (1, 0));
     verify_affected_rows(&mut conn).await.unwrap();
 
     // Not even the URL can turn the flag back on.
-    let mut conn = pool::connect(&format!("{}?client_found_rows=true", db.url))
+    let mut conn = connection::connect(&format!("{}?client_found_rows=true", db.url))
         .await
         .unwrap();
     assert_eq!(probe_twice(&mut conn).await, (1, 0));
@@ -86,7 +86,7 @@ async fn the_self_check_leaves_no_trace() {
     let _app = TestApp::spawn(&db).await;
     let tables = "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()";
     let before = db.count(tables).await;
-    let mut conn = pool::connect(&db.url).await.unwrap();
+    let mut conn = connection::connect(&db.url).await.unwrap();
     verify_affected_rows(&mut conn).await.unwrap();
     verify_affected_rows(&mut conn).await.unwrap();
     assert_eq!(db.count(tables).await, before);

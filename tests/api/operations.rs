@@ -1,8 +1,8 @@
 //! What operators rely on: reflection, authentication with per-client keys, TLS,
 //! and the message size limit.
 
-use ledger::app::TlsIdentity;
-use ledger::auth::Tokens;
+use ledger::config::TlsIdentity;
+use ledger::grpc::auth::Tokens;
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
 use tonic::Code;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
-use ledger::tools::managed::{ManagedOptions, ManagedServer};
+use ledger_devtools::managed::{ManagedOptions, ManagedServer};
 use tokio::time::Instant;
 use tonic::Code;
 use tonic::transport::Channel;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ledger::db::purge::{BATCH_ROWS, Purger};
+use ledger::db::admin::purge::{BATCH_ROWS, Purger};
 use ledger::proto::pb;
 use mysql_async::prelude::Queryable as _;
 use tokio_util::sync::CancellationToken;

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use ledger::auth::Tokens;
 use ledger::db::MultiPrimary;
+use ledger::grpc::auth::Tokens;
 use ledger::proto::pb;
 use mysql_async::prelude::Queryable as _;
 use tonic::Code;

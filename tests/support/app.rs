@@ -3,9 +3,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ledger::app::{Application, Settings, TlsIdentity};
-use ledger::auth::Tokens;
+use ledger::app::Application;
+use ledger::config::{Settings, TlsIdentity};
 use ledger::db::{MultiPrimary, PoolSettings};
+use ledger::grpc::auth::Tokens;
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
 use tokio_util::sync::CancellationToken;

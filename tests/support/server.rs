@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use ledger::tools::managed::{ManagedOptions, ManagedServer};
+use ledger_devtools::managed::{ManagedOptions, ManagedServer};
 use mysql_async::prelude::Queryable as _;
 
 /// The MySQL server the tests run against, as a URL without a database name:

@@ -1,0 +1,668 @@
+//! `ledger bench`: a closed-loop load generator over real gRPC.
+//!
+//! `--concurrency` workers each send one call at a time for `--duration`, after a
+//! warm-up; latencies go into an HDR histogram. Scenarios:
+//!
+//! - `unique`: every call a Charge with a new key;
+//! - `replay`: Charges of keys committed before the measurement, so every call is
+//!   a replay;
+//! - `storm`: every key sent `--duplicates` times at once;
+//! - `mixed`: 70% new Charges, 10% Credits, 10% replays, 10% GetAccount;
+//! - `transfer`: Transfers between random pairs of accounts;
+//! - `hot-merchant`: every account pays the first one (a merchant every customer
+//!   pays: one hot account receiving every transfer);
+//! - `hold-capture`: a PlaceHold, then its CaptureHold (each call counted).
+//!
+//! Accounts are opened and funded with fixed keys, so a second run replays its
+//! set-up instead of repeating it. With `--database-url`, the run ends with a
+//! correctness check: the journal holds exactly one entry per key that succeeded,
+//! and every touched balance equals what the successful calls imply.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hdrhistogram::Histogram;
+use mysql_async::prelude::Queryable as _;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+
+use ledger_proto::pb;
+use ledger_proto::pb::ledger_client::LedgerClient;
+
+/// Every bench account starts with this much: no Charge of a run can exhaust it.
+const OPENING_BALANCE: i64 = 1_000_000_000_000_000;
+/// Workers per HTTP/2 connection.
+const WORKERS_PER_CONNECTION: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    Unique,
+    Replay,
+    Storm,
+    Mixed,
+    Transfer,
+    HotMerchant,
+    HoldCapture,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// The server to load
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    pub target: String,
+    /// Calls in flight at any time
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// How long to measure
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Load before measuring, not counted
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    /// Accounts to spread the calls over (1 = one hot account)
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub accounts: u64,
+    #[arg(long, value_enum, default_value = "unique")]
+    pub scenario: Scenario,
+    /// Copies of each key sent at once in the storm scenario
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=64))]
+    pub duplicates: u64,
+    /// Print one JSON line instead of the report
+    #[arg(long)]
+    pub json: bool,
+    /// Check the journal and balances afterwards in this database
+    #[arg(long, env = "LEDGER_BENCH_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+}
+
+/// What one operation of a worker does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Charge,
+    Credit,
+    Replay,
+    Read,
+    /// To this account.
+    Transfer(u64),
+    HoldCapture,
+}
+
+/// What the workers saw, merged.
+#[derive(Debug)]
+struct Tally {
+    latency: Histogram<u64>,
+    errors: BTreeMap<String, u64>,
+    calls: u64,
+    /// Keys that took effect, with the entries they wrote: (account, signed amount).
+    effects: HashMap<String, Vec<(u64, i64)>>,
+}
+
+impl Tally {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            latency: Histogram::new_with_bounds(1, 60_000_000, 3)?,
+            errors: BTreeMap::new(),
+            calls: 0,
+            effects: HashMap::new(),
+        })
+    }
+
+    fn merge(&mut self, other: Self) -> anyhow::Result<()> {
+        self.latency.add(&other.latency)?;
+        for (code, n) in other.errors {
+            *self.errors.entry(code).or_default() += n;
+        }
+        self.calls += other.calls;
+        self.effects.extend(other.effects);
+        Ok(())
+    }
+}
+
+pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    let connections = usize::try_from(args.concurrency)?.div_ceil(WORKERS_PER_CONNECTION);
+    let mut channels = Vec::new();
+    for _ in 0..connections {
+        channels.push(
+            Endpoint::from_shared(args.target.clone())?
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .with_context(|| format!("cannot connect to {}", args.target))?,
+        );
+    }
+    let run_id = format!("bench-{:08x}", rand::random::<u32>());
+    let accounts = open_accounts(&channels, args.accounts, args.concurrency, &run_id).await?;
+    let replayable = match args.scenario {
+        Scenario::Replay | Scenario::Mixed => {
+            prepare_replays(&channels, &accounts, &run_id, args).await?
+        }
+        _ => Vec::new(),
+    };
+    let plan = Arc::new(Plan {
+        scenario: args.scenario,
+        duplicates: args.duplicates,
+        accounts,
+        replayable,
+        run_id: run_id.clone(),
+    });
+
+    let before = match &args.database_url {
+        Some(url) => Some(balances(url).await?),
+        None => None,
+    };
+    let started = Instant::now();
+    let stop_at = started + args.warmup + args.duration;
+    let measure_from = started + args.warmup;
+    let groups = match args.scenario {
+        Scenario::Storm => (args.concurrency / args.duplicates).max(1),
+        _ => args.concurrency,
+    };
+    let mut workers = Vec::new();
+    for (w, channel) in (0..groups).zip(channels.iter().cycle()) {
+        workers.push(tokio::spawn(worker(
+            w,
+            channel.clone(),
+            plan.clone(),
+            measure_from,
+            stop_at,
+        )));
+    }
+    let mut tally = Tally::new()?;
+    for w in workers {
+        tally.merge(w.await??)?;
+    }
+
+    let report = Report::new(args, &tally);
+    if args.json {
+        say(&report.json());
+    } else {
+        say(&report.to_string());
+    }
+    if let (Some(url), Some(before)) = (&args.database_url, before) {
+        check(url, &before, &plan, &tally).await?;
+        if !args.json {
+            say("check: the journal and the balances match the successful calls");
+        }
+    }
+    Ok(())
+}
+
+/// Prints a line; a closed stdout (`| head`) is not an error worth a panic.
+fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
+struct Plan {
+    scenario: Scenario,
+    duplicates: u64,
+    accounts: Vec<u64>,
+    /// Charges committed before measuring, re-sent as replays.
+    replayable: Vec<pb::ChargeRequest>,
+    run_id: String,
+}
+
+async fn open_accounts(
+    channels: &[Channel],
+    n: u64,
+    concurrency: u64,
+    run_id: &str,
+) -> anyhow::Result<Vec<u64>> {
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for (_, channel) in (0..concurrency.min(n)).zip(channels.iter().cycle()) {
+        let mut client = LedgerClient::new(channel.clone());
+        let (ids, next, run_id) = (ids.clone(), next.clone(), run_id.to_owned());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    return anyhow::Ok(());
+                }
+                // Runs share accounts through their keys; one whose key retention
+                // purged is replaced by a new account for this run.
+                let account = match open_account(&mut client, format!("bench-open-{i}")).await {
+                    Err(status) if expired(&status) => {
+                        open_account(&mut client, format!("{run_id}-open-{i}")).await?
+                    }
+                    opened => opened?,
+                };
+                let fund = pb::CreditRequest {
+                    idempotency_key: format!("bench-fund-{account}"),
+                    account_id: account,
+                    amount: OPENING_BALANCE,
+                    currency: "USD".into(),
+                    description: "bench opening balance".into(),
+                };
+                match client.credit(fund).await {
+                    // Funded when it was opened.
+                    Err(status) if expired(&status) => {}
+                    funded => {
+                        funded?;
+                    }
+                }
+                ids.lock().await.push(account);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let mut ids = Arc::try_unwrap(ids)
+        .map_err(|_| anyhow::anyhow!("workers still hold the ids"))?
+        .into_inner();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+async fn open_account(
+    client: &mut LedgerClient<Channel>,
+    idempotency_key: String,
+) -> Result<u64, tonic::Status> {
+    let open = pb::OpenAccountRequest {
+        idempotency_key,
+        currency: "USD".into(),
+    };
+    let account = client.open_account(open).await?.into_inner().account;
+    account
+        .map(|a| a.account_id)
+        .ok_or_else(|| tonic::Status::internal("an OpenAccount reply without its account"))
+}
+
+/// Whether a status says the key's record was purged after it took effect.
+fn expired(status: &tonic::Status) -> bool {
+    use tonic_types::StatusExt as _;
+    status
+        .get_details_error_info()
+        .is_some_and(|info| info.reason == "IDEMPOTENCY_KEY_EXPIRED")
+}
+
+/// Commits the charges the replay scenario re-sends.
+async fn prepare_replays(
+    channels: &[Channel],
+    accounts: &[u64],
+    run_id: &str,
+    args: &BenchArgs,
+) -> anyhow::Result<Vec<pb::ChargeRequest>> {
+    let count = (args.concurrency * 64).min(20_000);
+    let requests: Vec<_> = (0..count)
+        .map(|i| {
+            Ok(charge(
+                format!("{run_id}-replayable-{i}"),
+                pick(accounts)?,
+                1,
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let channel = channels.first().context("no connection")?;
+    let client = LedgerClient::new(channel.clone());
+    for chunk in requests.chunks(usize::try_from(args.concurrency)?) {
+        let calls = chunk.iter().map(|r| {
+            let mut client = client.clone();
+            let r = r.clone();
+            async move { client.charge(r).await }
+        });
+        for answer in futures::future::join_all(calls).await {
+            answer.context("preparing the replays")?;
+        }
+    }
+    Ok(requests)
+}
+
+fn charge(idempotency_key: String, account_id: u64, amount: i64) -> pb::ChargeRequest {
+    pb::ChargeRequest {
+        idempotency_key,
+        account_id,
+        amount,
+        currency: "USD".into(),
+        description: String::new(),
+    }
+}
+
+fn pick<T: Copy>(items: &[T]) -> anyhow::Result<T> {
+    use rand::seq::IndexedRandom as _;
+    items
+        .choose(&mut rand::rng())
+        .copied()
+        .context("nothing to pick from")
+}
+
+async fn worker(
+    id: u64,
+    channel: Channel,
+    plan: Arc<Plan>,
+    measure_from: Instant,
+    stop_at: Instant,
+) -> anyhow::Result<Tally> {
+    let client = LedgerClient::new(channel);
+    let mut tally = Tally::new()?;
+    let mut n = 0_u64;
+    while Instant::now() < stop_at {
+        n += 1;
+        let key = format!("{}-{id}-{n}", plan.run_id);
+        let (op, copies) = choose(&plan)?;
+        let account = match op {
+            Op::Transfer(to) => pick_other(&plan.accounts, to)?,
+            _ => pick(&plan.accounts)?,
+        };
+        let amount = 1 + rand::random_range(0..100_i64);
+        let started = Instant::now();
+        let calls = (0..copies).map(|_| one_op(client.clone(), &plan, op, &key, account, amount));
+        let answers = futures::future::join_all(calls).await;
+        let measured = started >= measure_from;
+        for (answer, took) in answers.into_iter().flatten() {
+            if measured {
+                tally.calls += 1;
+                tally
+                    .latency
+                    .saturating_record(u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1));
+            }
+            match answer {
+                Ok(Some((key, entries))) => {
+                    tally.effects.insert(key, entries);
+                }
+                Ok(None) => {}
+                Err(code) => {
+                    *tally.errors.entry(format!("{code:?}")).or_default() += u64::from(measured);
+                }
+            }
+        }
+    }
+    Ok(tally)
+}
+
+fn choose(plan: &Plan) -> anyhow::Result<(Op, u64)> {
+    Ok(match plan.scenario {
+        Scenario::Unique => (Op::Charge, 1),
+        Scenario::Replay => (Op::Replay, 1),
+        Scenario::Storm => (Op::Charge, plan.duplicates),
+        Scenario::Mixed => match rand::random_range(0..10) {
+            0 => (Op::Credit, 1),
+            1 => (Op::Replay, 1),
+            2 => (Op::Read, 1),
+            _ => (Op::Charge, 1),
+        },
+        Scenario::Transfer => (Op::Transfer(pick(&plan.accounts)?), 1),
+        Scenario::HotMerchant => {
+            let merchant = plan.accounts.first().copied().context("no accounts")?;
+            (Op::Transfer(merchant), 1)
+        }
+        Scenario::HoldCapture => (Op::HoldCapture, 1),
+    })
+}
+
+/// An account other than `not` (itself when it is the only one).
+fn pick_other(accounts: &[u64], not: u64) -> anyhow::Result<u64> {
+    for _ in 0..64 {
+        let account = pick(accounts)?;
+        if account != not {
+            return Ok(account);
+        }
+    }
+    accounts
+        .iter()
+        .copied()
+        .find(|a| *a != not)
+        .context("a transfer needs two accounts")
+}
+
+/// A call's answer: on success, the key it took effect under and the entries it
+/// wrote, if any.
+type Answer = Result<Option<(String, Vec<(u64, i64)>)>, Code>;
+
+/// One operation: one call, or a hold and its capture.
+async fn one_op(
+    mut client: LedgerClient<Channel>,
+    plan: &Plan,
+    op: Op,
+    key: &str,
+    account: u64,
+    amount: i64,
+) -> Vec<(Answer, Duration)> {
+    let timed = |started: Instant, answer: Answer| (answer, started.elapsed());
+    let started = Instant::now();
+    let effect = |entries: Vec<(u64, i64)>| Some((key.to_owned(), entries));
+    match op {
+        Op::Charge => {
+            let answer = client.charge(charge(key.to_owned(), account, amount)).await;
+            vec![timed(
+                started,
+                answer
+                    .map(|_| effect(vec![(account, -amount)]))
+                    .map_err(|s| s.code()),
+            )]
+        }
+        Op::Credit => {
+            let request = pb::CreditRequest {
+                idempotency_key: key.to_owned(),
+                account_id: account,
+                amount,
+                currency: "USD".into(),
+                description: String::new(),
+            };
+            let answer = client.credit(request).await;
+            vec![timed(
+                started,
+                answer
+                    .map(|_| effect(vec![(account, amount)]))
+                    .map_err(|s| s.code()),
+            )]
+        }
+        Op::Replay => {
+            use rand::seq::IndexedRandom as _;
+            let request = plan
+                .replayable
+                .choose(&mut rand::rng())
+                .cloned()
+                .unwrap_or_default();
+            let answer = client.charge(request).await;
+            vec![timed(started, answer.map(|_| None).map_err(|s| s.code()))]
+        }
+        Op::Read => {
+            let request = pb::GetAccountRequest {
+                account_id: account,
+            };
+            let answer = client.get_account(request).await;
+            vec![timed(started, answer.map(|_| None).map_err(|s| s.code()))]
+        }
+        Op::Transfer(to) => {
+            let request = pb::TransferRequest {
+                idempotency_key: key.to_owned(),
+                from_account_id: account,
+                to_account_id: to,
+                amount,
+                currency: "USD".into(),
+                description: String::new(),
+            };
+            let answer = client.transfer(request).await;
+            let entries = vec![(account, -amount), (to, amount)];
+            vec![timed(
+                started,
+                answer.map(|_| effect(entries)).map_err(|s| s.code()),
+            )]
+        }
+        Op::HoldCapture => hold_then_capture(client, key, account, amount).await,
+    }
+}
+
+async fn hold_then_capture(
+    mut client: LedgerClient<Channel>,
+    key: &str,
+    account: u64,
+    amount: i64,
+) -> Vec<(Answer, Duration)> {
+    let started = Instant::now();
+    let place = pb::PlaceHoldRequest {
+        idempotency_key: format!("{key}-hold"),
+        account_id: account,
+        amount,
+        currency: "USD".into(),
+        description: String::new(),
+        ttl: Some(prost_types::Duration {
+            seconds: 600,
+            nanos: 0,
+        }),
+    };
+    let held = client.place_hold(place).await;
+    let placed = (
+        held.as_ref().map(|_| None).map_err(tonic::Status::code),
+        started.elapsed(),
+    );
+    let Ok(Some(reserved)) = held.map(|r| r.into_inner().hold) else {
+        return vec![placed];
+    };
+    let started = Instant::now();
+    let capture = pb::CaptureHoldRequest {
+        idempotency_key: format!("{key}-capture"),
+        hold_id: reserved.hold_id,
+        amount,
+        description: String::new(),
+    };
+    let captured = client
+        .capture_hold(capture)
+        .await
+        .map(|_| Some((format!("{key}-capture"), vec![(account, -amount)])))
+        .map_err(|s| s.code());
+    vec![placed, (captured, started.elapsed())]
+}
+
+/// The numbers of a run.
+struct Report {
+    scenario: Scenario,
+    concurrency: u64,
+    accounts: u64,
+    seconds: f64,
+    calls: u64,
+    per_second: f64,
+    p50_ms: f64,
+    p95_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    errors: BTreeMap<String, u64>,
+}
+
+impl Report {
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "counts and microseconds far below 2^52"
+    )]
+    fn new(args: &BenchArgs, tally: &Tally) -> Self {
+        let ms = |q: f64| tally.latency.value_at_quantile(q) as f64 / 1000.0;
+        let seconds = args.duration.as_secs_f64();
+        Self {
+            scenario: args.scenario,
+            concurrency: args.concurrency,
+            accounts: args.accounts,
+            seconds,
+            calls: tally.calls,
+            per_second: tally.calls as f64 / seconds,
+            p50_ms: ms(0.5),
+            p95_ms: ms(0.95),
+            p99_ms: ms(0.99),
+            max_ms: tally.latency.max() as f64 / 1000.0,
+            errors: tally.errors.clone(),
+        }
+    }
+
+    fn json(&self) -> String {
+        let errors: Vec<String> = self
+            .errors
+            .iter()
+            .map(|(c, n)| format!("\"{c}\":{n}"))
+            .collect();
+        format!(
+            "{{\"scenario\":\"{:?}\",\"concurrency\":{},\"accounts\":{},\"seconds\":{:.1},\"calls\":{},\
+             \"calls_per_second\":{:.1},\"p50_ms\":{:.3},\"p95_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\
+             \"errors\":{{{}}}}}",
+            self.scenario,
+            self.concurrency,
+            self.accounts,
+            self.seconds,
+            self.calls,
+            self.per_second,
+            self.p50_ms,
+            self.p95_ms,
+            self.p99_ms,
+            self.max_ms,
+            errors.join(",")
+        )
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{:?}: {} calls in {:.1} s at concurrency {} over {} account(s): {:.0} calls/s",
+            self.scenario,
+            self.calls,
+            self.seconds,
+            self.concurrency,
+            self.accounts,
+            self.per_second
+        )?;
+        writeln!(
+            f,
+            "latency ms: p50 {:.2}  p95 {:.2}  p99 {:.2}  max {:.2}",
+            self.p50_ms, self.p95_ms, self.p99_ms, self.max_ms
+        )?;
+        write!(f, "errors: {:?}", self.errors)
+    }
+}
+
+async fn balances(url: &str) -> anyhow::Result<HashMap<u64, i64>> {
+    let mut conn = mysql_async::Conn::from_url(url)
+        .await
+        .context("cannot connect for the check")?;
+    let rows: Vec<(u64, i64)> = conn
+        .query("SELECT account_id, balance FROM accounts")
+        .await?;
+    let _ = conn.disconnect().await;
+    Ok(rows.into_iter().collect())
+}
+
+/// One entry per key that succeeded, and every balance moved by exactly what the
+/// successful calls imply.
+async fn check(
+    url: &str,
+    before: &HashMap<u64, i64>,
+    plan: &Plan,
+    tally: &Tally,
+) -> anyhow::Result<()> {
+    let mut conn = mysql_async::Conn::from_url(url)
+        .await
+        .context("cannot connect for the check")?;
+    let entries: u64 = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM entries WHERE idempotency_key LIKE ?",
+            (format!("{}-%", plan.run_id),),
+        )
+        .await?
+        .unwrap_or(0);
+    let written: usize = tally.effects.values().map(Vec::len).sum();
+    let expected = u64::try_from(written + plan.replayable.len())?;
+    anyhow::ensure!(
+        entries == expected,
+        "the journal holds {entries} entries of this run, the successful calls imply {expected}"
+    );
+    let mut implied: HashMap<u64, i64> = HashMap::new();
+    for (account, delta) in tally.effects.values().flatten() {
+        *implied.entry(*account).or_default() += delta;
+    }
+    let _ = conn.disconnect().await;
+    let after = balances(url).await?;
+    for (account, was) in before {
+        let moved = after.get(account).copied().unwrap_or(*was) - was;
+        let expected = implied.get(account).copied().unwrap_or(0);
+        anyhow::ensure!(
+            moved == expected,
+            "account {account} moved {moved}, the calls imply {expected}"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,471 @@
+//! The ledger's invariants as queries, for `ledger audit`.
+//!
+//! Every check runs in one read-only transaction with a consistent snapshot, so a
+//! live service can keep writing while it runs. The set checks are aggregated by
+//! the server and return only violating rows (at most [`MAX_REPORTED`] each); the
+//! stored outcomes are streamed, so memory stays bounded however large the ledger.
+//! Every code in the SQL (entry kinds, hold states, methods) is written from the
+//! domain's enums.
+
+use std::fmt::Write as _;
+
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Binary, Integer, Nullable, Text, TinyInt, Unsigned};
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection as _};
+use futures::TryStreamExt as _;
+use strum::IntoEnumIterator as _;
+
+use crate::db::conn::connection::Conn;
+use crate::ledger::{EntryKind, HoldState};
+use crate::ops::Method;
+
+/// Violating rows reported per check; a broken ledger can have millions.
+pub const MAX_REPORTED: usize = 100;
+
+/// One broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub check: &'static str,
+    pub detail: String,
+}
+
+/// A set check: its name, and the query returning violations as one text column
+/// `detail`.
+struct SetCheck {
+    name: &'static str,
+    sql: String,
+}
+
+/// `amount` signed by `kind`: what the entry did to its account's balance.
+fn signed(kind: &str, amount: &str) -> String {
+    let mut sql = format!("CASE {kind}");
+    for k in EntryKind::iter() {
+        let _ = write!(
+            sql,
+            " WHEN {} THEN {}{amount}",
+            k.code(),
+            if k.takes() { "-" } else { "" }
+        );
+    }
+    sql.push_str(" END");
+    sql
+}
+
+fn codes(kinds: impl Iterator<Item = EntryKind>) -> String {
+    kinds
+        .map(|k| k.code().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The entry kinds a successful call of each method writes, in leg order, as
+/// `GROUP_CONCAT` spells them.
+fn expected_entries(method: &str) -> String {
+    let mut sql = format!("CASE {method}");
+    for m in Method::iter() {
+        let kinds: Vec<String> = m.entry_kinds().map(|k| k.code().to_string()).collect();
+        let _ = write!(sql, " WHEN {} THEN '{}'", m.code(), kinds.join(","));
+    }
+    sql.push_str(" END");
+    sql
+}
+
+fn set_checks() -> Vec<SetCheck> {
+    [
+        journal_checks(),
+        key_checks(),
+        movement_checks(),
+        hold_checks(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Balances and the journal: every balance follows from its entries.
+fn journal_checks() -> Vec<SetCheck> {
+    let journal = signed("e.kind", "e.amount");
+    vec![
+        SetCheck {
+            name: "balance equals the journal",
+            sql: format!(
+                "SELECT CONCAT('account ', a.account_id, ': balance ', a.balance, ', journal ', \
+                 COALESCE(SUM({journal}), 0)) AS detail \
+                 FROM accounts a LEFT JOIN entries e ON e.account_id = a.account_id \
+                 GROUP BY a.account_id, a.balance HAVING a.balance <> COALESCE(SUM({journal}), 0)"
+            ),
+        },
+        SetCheck {
+            name: "each account counts its entries, numbered 1, 2, 3, ...",
+            sql: "SELECT CONCAT('account ', a.account_id, ': entry_count ', a.entry_count, ', ', \
+                  COUNT(e.entry_id), ' entries numbered up to ', COALESCE(MAX(e.account_seq), 0)) AS detail \
+                  FROM accounts a LEFT JOIN entries e ON e.account_id = a.account_id \
+                  GROUP BY a.account_id, a.entry_count \
+                  HAVING a.entry_count <> COUNT(e.entry_id) OR a.entry_count <> COALESCE(MAX(e.account_seq), 0)"
+                .into(),
+        },
+        SetCheck {
+            name: "no negative balance or held amount",
+            sql: "SELECT CONCAT('account ', account_id, ': balance ', balance, ', held ', held) AS detail \
+                  FROM accounts WHERE balance < 0 OR held < 0"
+                .into(),
+        },
+        SetCheck {
+            name: "each entry's balance follows the one before",
+            sql: format!(
+                "SELECT CONCAT('entry ', entry_id, ' of account ', account_id, ': balance_after ', \
+                 balance_after, ' after ', before_balance) AS detail FROM ( \
+                   SELECT e.entry_id, e.account_id, e.kind, e.amount, e.balance_after, \
+                     COALESCE(LAG(e.balance_after) OVER (PARTITION BY e.account_id ORDER BY e.account_seq), 0) AS before_balance \
+                   FROM entries e) chain \
+                 WHERE NOT (balance_after <=> before_balance + {})",
+                signed("kind", "amount")
+            ),
+        },
+        SetCheck {
+            name: "every entry is of a known kind",
+            sql: format!(
+                "SELECT CONCAT('entry ', entry_id, ' has kind ', kind) AS detail FROM entries \
+                 WHERE kind NOT IN ({})",
+                codes(EntryKind::iter())
+            ),
+        },
+    ]
+}
+
+/// Keys and what they wrote.
+fn key_checks() -> Vec<SetCheck> {
+    vec![
+        SetCheck {
+            name: "every entry has its key, unless retention purged it",
+            // A key row is written in the same transaction as its entries, and no
+            // transaction outlives the slack, so an entry made after the purge's
+            // cutoff plus the slack had a key row younger than the cutoff.
+            sql: "SELECT CONCAT('entry ', e.entry_id, ' has no key row') AS detail \
+                  FROM entries e LEFT JOIN idempotency_keys k \
+                    ON k.namespace = e.namespace AND k.idempotency_key = e.idempotency_key \
+                  WHERE k.idempotency_key IS NULL AND e.created_at >= COALESCE( \
+                    (SELECT at + INTERVAL 10 MINUTE FROM ledger_marks \
+                     WHERE name = 'keys-purged-before'), '1000-01-01')"
+                .into(),
+        },
+        SetCheck {
+            name: "every key has an outcome",
+            sql: "SELECT CONCAT('key ', HEX(idempotency_key), ' (namespace ', HEX(namespace), \
+                  ') has no outcome') AS detail \
+                  FROM idempotency_keys WHERE outcome IS NULL OR outcome_code IS NULL"
+                .into(),
+        },
+        SetCheck {
+            name: "a successful call has exactly its method's entries, and nothing else has any",
+            sql: format!(
+                "SELECT CONCAT('key ', HEX(k.idempotency_key), ' (namespace ', HEX(k.namespace), \
+                 ', method ', k.method, ', outcome ', COALESCE(k.outcome_code, 'none'), ') has entries of kinds [', \
+                 COALESCE(GROUP_CONCAT(e.kind ORDER BY e.leg), ''), ']') AS detail \
+                 FROM idempotency_keys k LEFT JOIN entries e \
+                   ON e.namespace = k.namespace AND e.idempotency_key = k.idempotency_key \
+                 GROUP BY k.namespace, k.idempotency_key, k.method, k.outcome_code \
+                 HAVING COALESCE(GROUP_CONCAT(e.kind ORDER BY e.leg), '') <> \
+                   CASE WHEN k.outcome_code = 0 THEN COALESCE({}, 'unknown method') ELSE '' END",
+                expected_entries("k.method")
+            ),
+        },
+    ]
+}
+
+/// Transfers, refunds, and money per currency.
+fn movement_checks() -> Vec<SetCheck> {
+    let journal = signed("e.kind", "e.amount");
+    let transfers = codes(EntryKind::iter().filter(|k| !k.crosses_the_ledger()));
+    let crossing = codes(EntryKind::iter().filter(|k| k.crosses_the_ledger()));
+    let refundable = codes(EntryKind::iter().filter(|k| k.refundable()));
+    let out = EntryKind::TransferOut.code();
+    let into = EntryKind::TransferIn.code();
+    let refund = EntryKind::Refund.code();
+    vec![
+        SetCheck {
+            name: "each transfer's two entries match",
+            sql: format!(
+                "SELECT CONCAT('transfer entries ', o.entry_id, ' and ', COALESCE(i.entry_id, 'none')) AS detail \
+                 FROM entries o LEFT JOIN entries i ON i.namespace = o.namespace \
+                   AND i.idempotency_key = o.idempotency_key AND i.kind = {into} \
+                 WHERE o.kind = {out} AND (i.entry_id IS NULL OR i.amount <> o.amount \
+                   OR i.currency <> o.currency OR i.account_id <> o.counterparty_account_id \
+                   OR o.account_id <> i.counterparty_account_id OR i.account_id = o.account_id)"
+            ),
+        },
+        SetCheck {
+            name: "refunds never exceed their entry, and each entry counts its refunds",
+            sql: format!(
+                "SELECT CONCAT('entry ', c.entry_id, ' (', c.amount, ', kind ', c.kind, '): refunded ', \
+                 c.refunded, ', refund entries ', COALESCE(SUM(r.amount), 0)) AS detail \
+                 FROM entries c LEFT JOIN entries r ON r.refunded_entry_id = c.entry_id AND r.kind = {refund} \
+                 GROUP BY c.entry_id, c.amount, c.kind, c.refunded \
+                 HAVING c.refunded <> COALESCE(SUM(r.amount), 0) OR c.refunded > c.amount \
+                   OR (c.refunded > 0 AND c.kind NOT IN ({refundable}))"
+            ),
+        },
+        SetCheck {
+            name: "a refund credits the account of the entry it refunds",
+            sql: format!(
+                "SELECT CONCAT('refund ', r.entry_id, ' of entry ', COALESCE(r.refunded_entry_id, 'none')) AS detail \
+                 FROM entries r LEFT JOIN entries c ON c.entry_id = r.refunded_entry_id \
+                 WHERE r.kind = {refund} AND (c.entry_id IS NULL OR c.account_id <> r.account_id)"
+            ),
+        },
+        SetCheck {
+            name: "per currency, balances equal credits and refunds less charges and captures; transfers net to zero",
+            sql: format!(
+                "SELECT CONCAT(b.currency, ': balances ', b.total, ', money in less out ', \
+                 COALESCE(j.crossing, 0), ', transfers ', COALESCE(j.transfers, 0)) AS detail \
+                 FROM (SELECT currency, SUM(balance) AS total FROM accounts GROUP BY currency) b \
+                 LEFT JOIN (SELECT e.currency, \
+                     SUM(CASE WHEN e.kind IN ({crossing}) THEN {journal} ELSE 0 END) AS crossing, \
+                     SUM(CASE WHEN e.kind IN ({transfers}) THEN {journal} ELSE 0 END) AS transfers \
+                   FROM entries e GROUP BY e.currency) j ON j.currency = b.currency \
+                 WHERE b.total <> COALESCE(j.crossing, 0) OR COALESCE(j.transfers, 0) <> 0"
+            ),
+        },
+    ]
+}
+
+/// Holds and their captures.
+fn hold_checks() -> Vec<SetCheck> {
+    let held = HoldState::Held.code();
+    let captured = HoldState::Captured.code();
+    let capture = EntryKind::Capture.code();
+    vec![
+        SetCheck {
+            name: "held equals the sum of held holds",
+            sql: format!(
+                "SELECT CONCAT('account ', a.account_id, ': held ', a.held, ', holds ', \
+                 COALESCE(SUM(h.amount), 0)) AS detail \
+                 FROM accounts a LEFT JOIN holds h ON h.account_id = a.account_id AND h.state = {held} \
+                 GROUP BY a.account_id, a.held HAVING a.held <> COALESCE(SUM(h.amount), 0)"
+            ),
+        },
+        SetCheck {
+            name: "a captured hold has one capture entry of what it took, within its amount; no other hold has any",
+            sql: format!(
+                "SELECT CONCAT('hold ', h.hold_id, ' (state ', h.state, ', amount ', h.amount, \
+                 ', captured ', h.captured_amount, '): ', COUNT(e.entry_id), ' capture entries of ', \
+                 COALESCE(SUM(e.amount), 0)) AS detail \
+                 FROM holds h LEFT JOIN entries e ON e.hold_id = h.hold_id AND e.kind = {capture} \
+                   AND e.account_id = h.account_id \
+                 GROUP BY h.hold_id, h.state, h.amount, h.captured_amount \
+                 HAVING CASE WHEN h.state = {captured} \
+                   THEN COUNT(e.entry_id) <> 1 OR SUM(e.amount) <> h.captured_amount OR h.captured_amount > h.amount \
+                   ELSE COUNT(e.entry_id) <> 0 OR h.captured_amount <> 0 END"
+            ),
+        },
+        SetCheck {
+            name: "every capture entry captures a hold of its account",
+            sql: format!(
+                "SELECT CONCAT('entry ', e.entry_id, ' captures hold ', COALESCE(e.hold_id, 'none')) AS detail \
+                 FROM entries e LEFT JOIN holds h ON h.hold_id = e.hold_id \
+                 WHERE e.kind = {capture} AND (h.hold_id IS NULL OR h.account_id <> e.account_id \
+                   OR h.state <> {captured})"
+            ),
+        },
+    ]
+}
+
+#[derive(QueryableByName)]
+struct Detail {
+    #[diesel(sql_type = Text)]
+    detail: String,
+}
+
+/// A key row, with the entries and the hold written under its key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredKey {
+    pub namespace: Vec<u8>,
+    pub idempotency_key: Vec<u8>,
+    pub method: u8,
+    pub outcome_code: Option<i32>,
+    pub outcome: Option<Vec<u8>>,
+    /// In leg order.
+    pub entries: Vec<EntryFacts>,
+    /// The hold placed under the key.
+    pub hold: Option<(u64, i64)>,
+}
+
+/// What an entry's reply must agree with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryFacts {
+    pub entry_id: u64,
+    pub account_id: u64,
+    pub kind: u8,
+    pub amount: i64,
+    pub balance_after: i64,
+}
+
+#[derive(Debug, QueryableByName)]
+struct KeyEffectRow {
+    #[diesel(sql_type = Binary)]
+    namespace: Vec<u8>,
+    #[diesel(sql_type = Binary)]
+    idempotency_key: Vec<u8>,
+    #[diesel(sql_type = Unsigned<TinyInt>)]
+    method: u8,
+    #[diesel(sql_type = Nullable<Integer>)]
+    outcome_code: Option<i32>,
+    #[diesel(sql_type = Nullable<Binary>)]
+    outcome: Option<Vec<u8>>,
+    #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
+    entry_id: Option<u64>,
+    #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
+    account_id: Option<u64>,
+    #[diesel(sql_type = Nullable<Unsigned<TinyInt>>)]
+    kind: Option<u8>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    amount: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    balance_after: Option<i64>,
+    #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
+    hold_id: Option<u64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    hold_amount: Option<i64>,
+}
+
+/// Counts for the summary of a clean audit.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    pub accounts: u64,
+    pub entries: u64,
+    pub holds: u64,
+    pub keys: u64,
+}
+
+#[derive(QueryableByName)]
+struct SizesRow {
+    #[diesel(sql_type = BigInt)]
+    accounts: i64,
+    #[diesel(sql_type = BigInt)]
+    entries: i64,
+    #[diesel(sql_type = BigInt)]
+    holds: i64,
+    #[diesel(sql_type = BigInt)]
+    keys: i64,
+}
+
+/// Runs every check inside one consistent snapshot. `inspect` judges each stored
+/// outcome (decoding is the wire layer's knowledge) and returns its violation.
+pub async fn run(
+    conn: &mut Conn,
+    mut inspect: impl FnMut(&StoredKey) -> Option<String>,
+) -> diesel::QueryResult<(Sizes, Vec<Violation>)> {
+    conn.batch_execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        .await?;
+    let result = async {
+        let mut violations = Vec::new();
+        for check in set_checks() {
+            let sql = format!("{} LIMIT {MAX_REPORTED}", check.sql);
+            let rows: Vec<Detail> = diesel::sql_query(sql).load(conn).await?;
+            violations.extend(rows.into_iter().map(|r| Violation {
+                check: check.name,
+                detail: r.detail,
+            }));
+        }
+        violations.extend(inspect_outcomes(conn, &mut inspect).await?);
+        let sizes = sizes(conn).await?;
+        Ok((sizes, violations))
+    }
+    .await;
+    conn.batch_execute("ROLLBACK").await?;
+    result
+}
+
+/// Streams every key row with what was written under its key through `inspect`,
+/// one key at a time.
+async fn inspect_outcomes(
+    conn: &mut Conn,
+    inspect: &mut impl FnMut(&StoredKey) -> Option<String>,
+) -> diesel::QueryResult<Vec<Violation>> {
+    let query = diesel::sql_query(
+        "SELECT k.namespace, k.idempotency_key, k.method, k.outcome_code, k.outcome, \
+         e.entry_id, e.account_id, e.kind, e.amount, e.balance_after, \
+         h.hold_id, h.amount AS hold_amount \
+         FROM idempotency_keys k \
+         LEFT JOIN entries e ON e.namespace = k.namespace AND e.idempotency_key = k.idempotency_key \
+         LEFT JOIN holds h ON h.namespace = k.namespace AND h.idempotency_key = k.idempotency_key \
+         ORDER BY k.namespace, k.idempotency_key, e.leg",
+    );
+    let mut rows = std::pin::pin!(query.load_stream::<KeyEffectRow>(conn).await?);
+    let mut violations = Vec::new();
+    let mut judge = |key: &StoredKey| {
+        if let Some(detail) = inspect(key)
+            && violations.len() < MAX_REPORTED
+        {
+            violations.push(Violation {
+                check: "every stored outcome decodes and matches what its key wrote",
+                detail,
+            });
+        }
+    };
+    let mut current: Option<StoredKey> = None;
+    while let Some(row) = rows.try_next().await? {
+        let same = current.as_ref().is_some_and(|c| {
+            c.namespace == row.namespace && c.idempotency_key == row.idempotency_key
+        });
+        if !same {
+            if let Some(done) = current.take() {
+                judge(&done);
+            }
+            current = Some(StoredKey {
+                namespace: row.namespace,
+                idempotency_key: row.idempotency_key,
+                method: row.method,
+                outcome_code: row.outcome_code,
+                outcome: row.outcome,
+                entries: Vec::new(),
+                hold: row.hold_id.zip(row.hold_amount),
+            });
+        }
+        if let (
+            Some(key),
+            Some(entry_id),
+            Some(account_id),
+            Some(kind),
+            Some(amount),
+            Some(balance_after),
+        ) = (
+            current.as_mut(),
+            row.entry_id,
+            row.account_id,
+            row.kind,
+            row.amount,
+            row.balance_after,
+        ) {
+            key.entries.push(EntryFacts {
+                entry_id,
+                account_id,
+                kind,
+                amount,
+                balance_after,
+            });
+        }
+    }
+    if let Some(done) = current.take() {
+        judge(&done);
+    }
+    Ok(violations)
+}
+
+async fn sizes(conn: &mut Conn) -> diesel::QueryResult<Sizes> {
+    let row: SizesRow = diesel::sql_query(
+        "SELECT (SELECT COUNT(*) FROM accounts) AS accounts, \
+         (SELECT COUNT(*) FROM entries) AS entries, \
+         (SELECT COUNT(*) FROM holds) AS holds, \
+         (SELECT COUNT(*) FROM idempotency_keys) AS `keys`",
+    )
+    .get_result(conn)
+    .await?;
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok(Sizes {
+        accounts: count(row.accounts),
+        entries: count(row.entries),
+        holds: count(row.holds),
+        keys: count(row.keys),
+    })
+}

@@ -1,0 +1,344 @@
+//! Which node of a cluster a keyed transaction goes to.
+//!
+//! With one database URL there is nothing to choose. With several (the nodes of
+//! a multi-primary cluster), [`Routing::First`] sends every transaction to the
+//! first node that answers, so instances on different nodes write the same
+//! account through different nodes: their row locks do not meet, and the
+//! conflict surfaces at certification, as a rollback to retry.
+//! [`Routing::Account`] chooses the node from the account the transaction writes
+//! (rendezvous hashing over the nodes that answer), so every instance writes one
+//! account through one node, where duplicates and contention park on row locks
+//! as on a single server. When that node stops answering, its accounts move to
+//! the node that scores next for them, and come back when it answers again.
+//!
+//! The choice is the same in every instance: a node is scored by its
+//! `host:port` as written in the URL (instances must name the nodes alike; their
+//! order does not matter) and SHA-256, whose output no build or platform changes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Nullable, Unsigned};
+use diesel_async::RunQueryDsl as _;
+use sha2::{Digest as _, Sha256};
+use tokio::time::Instant;
+
+use super::connection;
+use super::pool::{self, Pool, PoolSettings, Role, Session};
+use crate::ledger::{Needs, ScopedKey};
+
+/// How keyed transactions choose among several database URLs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Routing {
+    /// Every transaction to the first node, in the order given, that answers
+    First,
+    /// Each transaction to a node chosen from the account it writes (a transfer
+    /// by its lower account id), among the nodes that answer
+    #[default]
+    Account,
+}
+
+/// A node that failed is passed over for this long before it is tried again.
+const PASS_OVER: Duration = Duration::from_secs(5);
+
+/// What a transaction is routed by: the lowest account it names (or, looked up,
+/// of the entries and holds it names), else its key (an account not yet opened),
+/// so at least the copies of one request meet on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Route(Vec<u8>);
+
+impl Route {
+    pub(crate) fn of(needs: &Needs, key: &ScopedKey) -> Self {
+        if let Some(account) = needs.accounts.iter().min() {
+            return Self::account(account.get());
+        }
+        let mut bytes = b"key:".to_vec();
+        bytes.extend_from_slice(key.namespace.as_str().as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(key.key.as_str().as_bytes());
+        Self(bytes)
+    }
+
+    fn account(id: u64) -> Self {
+        let mut bytes = b"account:".to_vec();
+        bytes.extend_from_slice(&id.to_be_bytes());
+        Self(bytes)
+    }
+}
+
+/// The longest the look-up of a named entry's or hold's account may take; past
+/// it the transaction is routed by its key.
+const LOCATE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The lowest account of the entries and holds `needs` names, by a plain read:
+/// an entry's or a hold's account never changes, so any node's answer will do.
+async fn lowest_account(needs: &Needs, reads: &Pool) -> Option<u64> {
+    #[derive(QueryableByName)]
+    struct Lowest {
+        #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
+        account_id: Option<u64>,
+    }
+    let list = |ids: Vec<u64>| {
+        if ids.is_empty() {
+            "NULL".to_owned()
+        } else {
+            ids.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let sql = format!(
+        "SELECT MIN(account_id) AS account_id FROM (\
+         SELECT account_id FROM entries WHERE entry_id IN ({}) UNION ALL \
+         SELECT account_id FROM holds WHERE hold_id IN ({})) AS named",
+        list(needs.entries.iter().map(|id| id.get()).collect()),
+        list(needs.holds.iter().map(|id| id.get()).collect()),
+    );
+    let mut conn = reads.checkout(Some(LOCATE_TIMEOUT)).await.ok()?;
+    let found = diesel::sql_query(sql)
+        .get_result::<Lowest>(&mut *conn)
+        .await;
+    if found.is_err() {
+        connection::discard(&mut conn);
+    }
+    found.ok()?.account_id
+}
+
+/// One node and its pool.
+#[derive(Debug)]
+pub struct Node {
+    /// `host:port`, the node's name in the hash.
+    name: String,
+    pool: Pool,
+    /// Until when the node is passed over (it failed).
+    passed_over_until: Mutex<Option<Instant>>,
+}
+
+impl Node {
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    fn passed_over(&self, now: Instant) -> bool {
+        let until = self.passed_over_until.lock().map_or(None, |u| *u);
+        until.is_some_and(|until| now < until)
+    }
+
+    fn score(&self, route: &Route) -> [u8; 32] {
+        let mut hash = Sha256::new();
+        hash.update(self.name.as_bytes());
+        hash.update([0]);
+        hash.update(&route.0);
+        hash.finalize().into()
+    }
+}
+
+/// The keyed pools: one over all URLs (first answering), or one per node.
+#[derive(Debug, Clone)]
+pub struct Nodes {
+    nodes: Arc<[Node]>,
+}
+
+impl Nodes {
+    /// Pools for `urls`. Per node only with [`Routing::Account`] and more than
+    /// one URL; each node's pool may then open `settings.size` connections.
+    pub fn build(
+        urls: &[String],
+        settings: PoolSettings,
+        role: Role,
+        session: &Session,
+        routing: Routing,
+    ) -> Self {
+        let node = |urls: &[String]| Node {
+            name: urls.first().map_or_else(String::new, |u| host_port(u)),
+            pool: pool::build(urls, settings, role, session),
+            passed_over_until: Mutex::new(None),
+        };
+        let nodes = if routing == Routing::First || urls.len() < 2 {
+            vec![node(urls)]
+        } else {
+            urls.iter()
+                .map(|url| node(std::slice::from_ref(url)))
+                .collect()
+        };
+        Self {
+            nodes: nodes.into(),
+        }
+    }
+
+    /// The route of a transaction: [`Route::of`], except that with several nodes a
+    /// request that names entries or holds but no account (a refund, a capture, a
+    /// void) is routed by their lowest account, so it meets the other calls on
+    /// that account on one node. When the look-up fails it is routed by its key:
+    /// routing decides where contention waits, never what commits.
+    pub(crate) async fn route(&self, needs: &Needs, key: &ScopedKey, reads: &Pool) -> Route {
+        let named = !needs.entries.is_empty() || !needs.holds.is_empty();
+        if self.nodes.len() < 2 || !needs.accounts.is_empty() || !named {
+            return Route::of(needs, key);
+        }
+        match tokio::time::timeout(LOCATE_TIMEOUT, lowest_account(needs, reads)).await {
+            Ok(Some(account)) => Route::account(account),
+            _ => Route::of(needs, key),
+        }
+    }
+
+    /// The node for `route`: the highest scoring of those not passed over, or
+    /// the highest scoring of all when every node failed lately.
+    pub(crate) fn choose(&self, route: &Route) -> &Node {
+        let now = Instant::now();
+        let mut best: Option<(&Node, [u8; 32])> = None;
+        let mut best_live: Option<(&Node, [u8; 32])> = None;
+        for node in self.nodes.iter() {
+            let score = node.score(route);
+            if best.as_ref().is_none_or(|(_, s)| score > *s) {
+                best = Some((node, score));
+            }
+            if !node.passed_over(now) && best_live.as_ref().is_none_or(|(_, s)| score > *s) {
+                best_live = Some((node, score));
+            }
+        }
+        match best_live.or(best) {
+            Some((node, _)) => node,
+            // `build` always makes at least one node.
+            None => self.first(),
+        }
+    }
+
+    /// A node for a transaction that names no account and has no key to route
+    /// by (a key look-up): the first, in the order given, not passed over.
+    pub(crate) fn choose_any(&self) -> &Node {
+        let now = Instant::now();
+        self.nodes
+            .iter()
+            .find(|node| !node.passed_over(now))
+            .unwrap_or_else(|| self.first())
+    }
+
+    /// The node failed (a connection to it was lost or refused): its accounts
+    /// go to their next node for a while. With a single pool there is nothing
+    /// else to go to.
+    pub(crate) fn pass_over(&self, node: &Node) {
+        if self.nodes.len() < 2 {
+            return;
+        }
+        let now = Instant::now();
+        if !node.passed_over(now) {
+            tracing::warn!(node = %node.name, for_ = ?PASS_OVER, "node failed; its accounts move to their next node");
+        }
+        if let Ok(mut until) = node.passed_over_until.lock() {
+            *until = Some(now + PASS_OVER);
+        }
+    }
+
+    /// The first node's pool (the only one with `first` routing).
+    pub fn first(&self) -> &Node {
+        #[allow(clippy::indexing_slicing)] // `build` always makes at least one node.
+        &self.nodes[0]
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter()
+    }
+}
+
+/// `host:port` of a URL: how instances name a node alike whatever credentials
+/// or options their URLs carry.
+fn host_port(url: &str) -> String {
+    mysql_async::Opts::from_url(url).map_or_else(
+        |_| url.to_owned(),
+        |o| format!("{}:{}", o.ip_or_hostname(), o.tcp_port()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::AccountId;
+
+    fn needs(accounts: &[u64]) -> Needs {
+        Needs {
+            accounts: accounts
+                .iter()
+                .map(|a| AccountId::parse("a", *a).unwrap())
+                .collect(),
+            ..Needs::default()
+        }
+    }
+
+    fn key(k: &str) -> ScopedKey {
+        ScopedKey {
+            namespace: crate::ledger::Namespace::anonymous(),
+            key: crate::ledger::IdempotencyKey::parse("k", k.into()).unwrap(),
+        }
+    }
+
+    fn nodes(names: &[&str]) -> Nodes {
+        let urls: Vec<String> = names.iter().map(|n| format!("mysql://u@{n}/db")).collect();
+        let settings = PoolSettings {
+            size: 1,
+            checkout_timeout: Duration::from_secs(1),
+        };
+        Nodes::build(
+            &urls,
+            settings,
+            Role::Reads,
+            &Session::default(),
+            Routing::Account,
+        )
+    }
+
+    #[test]
+    fn a_transfer_routes_by_its_lower_account() {
+        assert_eq!(
+            Route::of(&needs(&[9, 4]), &key("a")),
+            Route::of(&needs(&[4]), &key("b"))
+        );
+        assert_eq!(
+            Route::of(&needs(&[]), &key("a")),
+            Route::of(&needs(&[]), &key("a"))
+        );
+        assert_ne!(
+            Route::of(&needs(&[]), &key("a")),
+            Route::of(&needs(&[]), &key("b"))
+        );
+    }
+
+    #[tokio::test]
+    async fn the_choice_ignores_url_order_and_spreads_accounts() {
+        let one = nodes(&["10.0.0.1:3306", "10.0.0.2:3306", "10.0.0.3:3306"]);
+        let other = nodes(&["10.0.0.3:3306", "10.0.0.1:3306", "10.0.0.2:3306"]);
+        let mut per_node = std::collections::BTreeMap::new();
+        for account in 1..=300 {
+            let route = Route::of(&needs(&[account]), &key("k"));
+            let chosen = &one.choose(&route).name;
+            assert_eq!(chosen, &other.choose(&route).name);
+            *per_node.entry(chosen.clone()).or_insert(0) += 1;
+        }
+        assert_eq!(per_node.len(), 3);
+        assert!(per_node.values().all(|n| *n > 50), "{per_node:?}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_node_s_accounts_move_and_only_they() {
+        let nodes = nodes(&["10.0.0.1:3306", "10.0.0.2:3306", "10.0.0.3:3306"]);
+        let routes: Vec<Route> = (1..=100)
+            .map(|a| Route::of(&needs(&[a]), &key("k")))
+            .collect();
+        let before: Vec<String> = routes
+            .iter()
+            .map(|r| nodes.choose(r).name.clone())
+            .collect();
+        let failed = nodes.iter().nth(1).unwrap();
+        nodes.pass_over(failed);
+        for (route, was) in routes.iter().zip(&before) {
+            let now = &nodes.choose(route).name;
+            if *was == failed.name {
+                assert_ne!(*now, failed.name);
+            } else {
+                assert_eq!(now, was);
+            }
+        }
+    }
+}

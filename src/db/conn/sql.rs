@@ -1,0 +1,200 @@
+//! SQL as text with bound values, and the literals of a multi-statement batch.
+//!
+//! [`Sql`] is a prepared statement that diesel caches per connection by its text,
+//! so a statement costs one round trip after its first use (diesel's `sql_query`
+//! opts out of the cache, and would prepare on every call). Its text uses `?` for
+//! each bound value, and must contain no other question mark.
+//!
+//! A batch of several statements (the final writes and COMMIT) is sent as text,
+//! so its values cannot be bound: every value in it is an integer this code
+//! formats, a date-time it formats, or bytes written as a hexadecimal literal
+//! (`x'...'`), which no input can escape.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use diesel::QueryResult;
+use diesel::mysql::Mysql;
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::sql_types::{BigInt, Unsigned, Varbinary};
+
+/// A value bound to a `?` of an [`Sql`] statement.
+#[derive(Debug, Clone)]
+pub(crate) enum Bind<'a> {
+    U64(u64),
+    Bytes(&'a [u8]),
+}
+
+/// One statement: its text, with a `?` for each of `binds`, in order.
+#[derive(Debug, Clone)]
+pub(crate) struct Sql<'a> {
+    text: String,
+    binds: Vec<Bind<'a>>,
+}
+
+impl<'a> Sql<'a> {
+    pub(crate) fn new(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            binds: Vec::new(),
+        }
+    }
+
+    pub(crate) fn bind(mut self, value: Bind<'a>) -> Self {
+        self.binds.push(value);
+        self
+    }
+
+    /// `text` followed by ` IN (?, ?, ...)` binding each of `ids`, then `rest`.
+    /// The list is [`padded`], so the statement has one of a few texts.
+    pub(crate) fn with_ids(text: &str, ids: &[u64], rest: &str) -> Self {
+        let ids = padded(ids);
+        let marks = vec!["?"; ids.len()].join(", ");
+        let mut sql = Self::new(format!("{text} IN ({marks}){rest}"));
+        sql.binds.extend(ids.iter().map(|id| Bind::U64(*id)));
+        sql
+    }
+}
+
+/// `items` with its last repeated up to the next power of two. A statement over a
+/// list is prepared and cached per connection for each length of list (on the
+/// server too, where `max_prepared_stmt_count` bounds them all): padded, a batch
+/// of up to 64 calls needs 7 texts of each statement, not 64. Repeating an item
+/// in an `IN` list, or a key in a probe's rows, changes nothing.
+pub(crate) fn padded<T: Clone>(items: &[T]) -> Vec<T> {
+    let mut padded = items.to_vec();
+    if let Some(last) = items.last() {
+        padded.resize(items.len().next_power_of_two(), last.clone());
+    }
+    padded
+}
+
+impl QueryFragment<Mysql> for Sql<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+        let mut pieces = self.text.split('?');
+        if let Some(first) = pieces.next() {
+            out.push_sql(first);
+        }
+        for (piece, bind) in pieces.zip(&self.binds) {
+            match bind {
+                Bind::U64(v) => out.push_bind_param::<Unsigned<BigInt>, _>(v)?,
+                Bind::Bytes(v) => out.push_bind_param::<Varbinary, _>(v)?,
+            }
+            out.push_sql(piece);
+        }
+        Ok(())
+    }
+}
+
+/// Cached by its text (no static query id).
+impl QueryId for Sql<'_> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl Query for Sql<'_> {
+    type SqlType = diesel::sql_types::Untyped;
+}
+
+/// A hexadecimal literal: `x'0aff'`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2 + 3);
+    out.push_str("x'");
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out.push('\'');
+    out
+}
+
+/// A UTF-8 string as a literal of the given character set.
+pub(crate) fn text(value: &str, charset: &str) -> String {
+    format!("CONVERT({} USING {charset})", hex(value.as_bytes()))
+}
+
+/// A `DATETIME(6)` literal of a UTC instant.
+pub(crate) fn datetime(at: DateTime<Utc>) -> String {
+    format!("'{}'", at.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f"))
+}
+
+/// `id` of an optional id, or `NULL`.
+pub(crate) fn nullable(id: Option<u64>) -> String {
+    id.map_or_else(|| "NULL".to_owned(), |id| id.to_string())
+}
+
+/// `INSERT INTO table (columns)` of `rows` (each the values of one row). Guarded,
+/// the rows are selected only while `guard` holds.
+pub(crate) fn insert(
+    table: &str,
+    columns: &str,
+    rows: &[String],
+    guard: Option<&str>,
+) -> Option<String> {
+    if rows.is_empty() {
+        return None;
+    }
+    let mut sql = format!("INSERT INTO {table} ({columns}) ");
+    match guard {
+        None => {
+            sql.push_str("VALUES ");
+            for (i, row) in rows.iter().enumerate() {
+                let _ = write!(sql, "{}({row})", if i == 0 { "" } else { ", " });
+            }
+        }
+        Some(guard) => {
+            // One SELECT per row, each kept only while the claim holds.
+            for (i, row) in rows.iter().enumerate() {
+                let _ = write!(
+                    sql,
+                    "{}SELECT {row} FROM DUAL WHERE {guard}",
+                    if i == 0 { "" } else { " UNION ALL " }
+                );
+            }
+        }
+    }
+    Some(sql)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_become_hex_literals_that_nothing_escapes() {
+        assert_eq!(hex(b""), "x''");
+        assert_eq!(
+            hex(b"'; DROP TABLE accounts; --"),
+            "x'273b2044524f50205441424c45206163636f756e74733b202d2d'"
+        );
+    }
+
+    #[test]
+    fn id_lists_bind_each_id_padded_to_a_power_of_two() {
+        let sql = Sql::with_ids("SELECT 1 FROM t WHERE id", &[3, 1], " FOR UPDATE");
+        assert_eq!(sql.text, "SELECT 1 FROM t WHERE id IN (?, ?) FOR UPDATE");
+        assert_eq!(sql.binds.len(), 2);
+        let sql = Sql::with_ids("SELECT 1 FROM t WHERE id", &[3, 1, 2], " FOR UPDATE");
+        assert_eq!(
+            sql.text,
+            "SELECT 1 FROM t WHERE id IN (?, ?, ?, ?) FOR UPDATE"
+        );
+        assert!(matches!(
+            sql.binds.as_slice(),
+            [.., Bind::U64(2), Bind::U64(2)]
+        ));
+        assert_eq!(padded::<u8>(&[]), Vec::<u8>::new());
+    }
+
+    #[test]
+    fn guarded_inserts_select_each_row_while_the_claim_holds() {
+        let rows = vec!["1, 2".to_owned(), "3, 4".to_owned()];
+        assert_eq!(
+            insert("t", "a, b", &rows, None).unwrap(),
+            "INSERT INTO t (a, b) VALUES (1, 2), (3, 4)"
+        );
+        assert_eq!(
+            insert("t", "a, b", &rows, Some("G")).unwrap(),
+            "INSERT INTO t (a, b) SELECT 1, 2 FROM DUAL WHERE G UNION ALL SELECT 3, 4 FROM DUAL WHERE G"
+        );
+    }
+}

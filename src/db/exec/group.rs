@@ -1,0 +1,414 @@
+//! Group commit: keyed calls that arrive while earlier ones are being written are
+//! collected and served by one transaction, so a hot account pays one COMMIT per
+//! batch rather than one per call.
+//!
+//! Batching is natural: each writer serves the calls of a share of the accounts
+//! (by account id) and takes every call waiting when it becomes free (up to
+//! [`MAX_BATCH`]); an idle service runs each call at once, alone. All the calls on
+//! a hot account meet in one writer's queue, and share its COMMITs. A batch's
+//! transaction is the one a lone call runs (`attempt`), for many keys:
+//!
+//! ```text
+//! INSERT INTO idempotency_keys VALUES (k1), (k2), ... ON DUPLICATE KEY UPDATE ...   (keys sorted)
+//!   a row inserted for every key -> all new; otherwise:
+//!   SELECT ... FROM idempotency_keys WHERE (namespace, key) IN (...) FOR UPDATE
+//!     no outcome -> this batch inserted it: new;  an outcome -> a duplicate: replay
+//! lock what the new calls need (accounts ascending, holds, entries), once
+//! decide each new call in arrival order against the running rows (`Book`)
+//! the entries; each account's and each key's UPDATE, by primary key; COMMIT
+//!                                                        (one round trip)
+//! ```
+//!
+//! Anything out of the ordinary splits the batch: its calls rerun one by one on
+//! `keyed`'s path, where the probe settles each (SPEC 3.6). That covers a key whose
+//! original is still in flight elsewhere (the probe's lock wait passed), a call
+//! whose caller left or whose deadline passed before the COMMIT, a write that met
+//! a purged key's effect, a decline whose key may have had an effect, or a lost
+//! connection. Deadlocks, certification conflicts and a COMMIT whose outcome is
+//! not known (on a cluster, any failure of a guarded batch) retry the whole batch
+//! first: its probe settles each member, replaying the keys that committed.
+
+use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use tokio::sync::{mpsc, oneshot};
+
+use super::attempt::{self, Calling, Mode};
+use super::keyed;
+use crate::call::Call;
+use crate::db::Persistence;
+use crate::db::conn::failure::AttemptError;
+use crate::db::conn::lease::{LockWait, checkout};
+use crate::db::conn::tx::Tx;
+use crate::error::Error;
+use crate::ledger::{Fingerprint, KeyedOutcome, ScopedKey};
+use crate::ops::Command;
+use crate::telemetry::metrics;
+
+/// The most calls one transaction serves.
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// A keyed call waiting for, or in, a batch.
+pub(crate) struct Member {
+    pub(crate) call: Call,
+    pub(crate) key: ScopedKey,
+    pub(crate) command: Command,
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) answer: oneshot::Sender<Result<KeyedOutcome, Error>>,
+    /// Keeps the key marked as queued or in a batch until the member is dropped.
+    claim: Option<Claimed>,
+}
+
+impl Member {
+    pub(crate) fn new(
+        call: Call,
+        key: ScopedKey,
+        command: Command,
+        answer: oneshot::Sender<Result<KeyedOutcome, Error>>,
+    ) -> Self {
+        Self {
+            fingerprint: command.fingerprint(),
+            call,
+            key,
+            command,
+            answer,
+            claim: None,
+        }
+    }
+}
+
+/// A key this instance has queued or in a batch.
+struct Claimed {
+    key: ScopedKey,
+    keys: Arc<std::sync::Mutex<HashSet<ScopedKey>>>,
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        if let Ok(mut keys) = self.keys.lock() {
+            keys.remove(&self.key);
+        }
+    }
+}
+
+/// One writer's queue.
+struct Shard {
+    sender: mpsc::UnboundedSender<Member>,
+    waiting: Arc<AtomicUsize>,
+}
+
+/// The writers' queues. Each writer serves the calls of a share of the accounts,
+/// so all the calls on one account meet in one queue and batch there, while a
+/// writer that waits (on a key still in flight elsewhere, on a lock) holds up
+/// only its own share.
+pub(crate) struct Queue {
+    shards: Vec<Shard>,
+    /// Keys queued or in a batch here: a second call with one of them does not
+    /// queue behind the first (it would wait on it without the lock-wait bound),
+    /// but goes to the database alone and waits on the key's row there.
+    keys: Arc<std::sync::Mutex<HashSet<ScopedKey>>>,
+}
+
+impl Queue {
+    /// The queues, and their writers to run once the storage exists. A writer
+    /// stops when the queue is dropped.
+    pub(crate) fn start(writers: usize) -> (Self, Writers) {
+        let mut shards = Vec::with_capacity(writers);
+        let mut receivers = Vec::with_capacity(writers);
+        for _ in 0..writers.max(1) {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            let waiting = Arc::new(AtomicUsize::new(0));
+            shards.push(Shard {
+                sender,
+                waiting: waiting.clone(),
+            });
+            receivers.push((receiver, waiting));
+        }
+        let queue = Self {
+            shards,
+            keys: Arc::default(),
+        };
+        (queue, Writers { receivers })
+    }
+
+    /// Queues a call for its writer; gives it back when a call with its key is
+    /// already queued or in a batch here.
+    pub(crate) fn push(&self, mut member: Member) -> Result<Option<Member>, Error> {
+        {
+            let mut keys = self
+                .keys
+                .lock()
+                .map_err(|_| Error::internal("the batch keys' lock is poisoned"))?;
+            if !keys.insert(member.key.clone()) {
+                return Ok(Some(member));
+            }
+        }
+        member.claim = Some(Claimed {
+            key: member.key.clone(),
+            keys: self.keys.clone(),
+        });
+        let shard = self
+            .shards
+            .get(route(&member, self.shards.len()))
+            .ok_or_else(|| Error::internal("no batch writer"))?;
+        shard.waiting.fetch_add(1, Ordering::SeqCst);
+        metrics::batch_waiting(1);
+        shard.sender.send(member).map(|()| None).map_err(|_| {
+            shard.waiting.fetch_sub(1, Ordering::SeqCst);
+            metrics::batch_waiting(-1);
+            Error::internal("the batch writers have stopped")
+        })
+    }
+
+    /// Calls waiting for a writer.
+    pub(crate) fn waiting(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.waiting.load(Ordering::SeqCst))
+            .sum()
+    }
+}
+
+/// The writer of a call: by the lowest account it names, else the lowest entry
+/// or hold (whose account is found only under lock), else its key.
+fn route(member: &Member, writers: usize) -> usize {
+    use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
+    let needs = member.command.needs();
+    let hasher = BuildHasherDefault::<DefaultHasher>::default();
+    let hash = if let Some(account) = needs.accounts.iter().min() {
+        hasher.hash_one(("account", account.get()))
+    } else if let Some(entry) = needs.entries.iter().min() {
+        hasher.hash_one(("entry", entry.get()))
+    } else if let Some(hold) = needs.holds.iter().min() {
+        hasher.hash_one(("hold", hold.get()))
+    } else {
+        hasher.hash_one(("key", member.key.key.as_str()))
+    };
+    usize::try_from(hash % u64::try_from(writers.max(1)).unwrap_or(1)).unwrap_or(0)
+}
+
+/// Writers not yet running: [`Writers::run`] spawns them once the storage they
+/// write to exists.
+pub(crate) struct Writers {
+    receivers: Vec<(mpsc::UnboundedReceiver<Member>, Arc<AtomicUsize>)>,
+}
+
+impl Writers {
+    pub(crate) fn run(self, db: &Persistence) {
+        for (mut receiver, waiting) in self.receivers {
+            let db = db.weak();
+            tokio::spawn(async move {
+                while let Some(batch) = next_batch(&mut receiver).await {
+                    waiting.fetch_sub(batch.len(), Ordering::SeqCst);
+                    metrics::batch_waiting(-isize::try_from(batch.len()).unwrap_or(isize::MAX));
+                    let Some(db) = db.upgrade() else { return };
+                    // Tracked, so shutdown waits for the batch to commit or roll
+                    // back; run in the writer's own task, so a lone call crosses no
+                    // more tasks than without group commit. A panic is caught, so
+                    // the writer goes on (its members are answered as dropped).
+                    let served = db.inner.tasks.track_future(serve(&db, batch));
+                    if AssertUnwindSafe(served).catch_unwind().await.is_err() {
+                        tracing::error!("a batch panicked; its calls were dropped");
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Waits for one call, then takes every call already waiting, up to [`MAX_BATCH`].
+async fn next_batch(receiver: &mut mpsc::UnboundedReceiver<Member>) -> Option<Vec<Member>> {
+    let first = receiver.recv().await?;
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match receiver.try_recv() {
+            Ok(member) => batch.push(member),
+            Err(_) => break,
+        }
+    }
+    Some(batch)
+}
+
+/// Serves a batch: every member is answered.
+async fn serve(db: &Persistence, batch: Vec<Member>) {
+    let mut members = Vec::with_capacity(batch.len());
+    let mut keys = HashSet::new();
+    for member in batch {
+        if let Err(e) = member.call.ensure_live() {
+            let _ = member.answer.send(Err(e));
+        } else if keys.insert(member.key.clone()) {
+            members.push(member);
+        } else {
+            // A second call with a key already in the batch waits for the first on
+            // the key's row, then replays it.
+            alone(db, member);
+        }
+    }
+    if members.len() <= 1 {
+        // Alone, on the one-call path, but in this writer: calls arriving
+        // meanwhile form the next batch.
+        for member in members {
+            let result = keyed::run(db, &member.call, &member.key, &member.command).await;
+            let _ = member.answer.send(result);
+        }
+        return;
+    }
+    metrics::batch(members.len());
+    let max_attempts = db.inner.limits.max_attempts.max(1);
+    let mut attempt = 1;
+    loop {
+        match attempt_batch(db, &members).await {
+            Ok(outcomes) => {
+                for (member, outcome) in members.into_iter().zip(outcomes) {
+                    let _ = member.answer.send(Ok(outcome));
+                }
+                return;
+            }
+            Err(Split::Retry(reason)) if attempt < max_attempts => {
+                metrics::retry(reason);
+                // Backs off as one call would; a delay the tightest deadline
+                // cannot afford splits the batch instead.
+                let Some(tightest) = tightest(members.iter().map(|m| &m.call)) else {
+                    return;
+                };
+                if !keyed::backoff(attempt, tightest).await {
+                    break;
+                }
+                attempt += 1;
+            }
+            Err(Split::Retry(_) | Split::Apart) => break,
+            Err(Split::Unavailable(reason)) => {
+                for member in members {
+                    let recorded = member.call.recorded();
+                    let reason = reason.clone();
+                    let _ = member
+                        .answer
+                        .send(Err(Error::Unavailable { reason, recorded }));
+                }
+                return;
+            }
+        }
+    }
+    metrics::batch_split();
+    for member in members {
+        alone(db, member);
+    }
+}
+
+/// Runs a member on the one-call path, in its own tracked task.
+fn alone(db: &Persistence, member: Member) {
+    let db = db.clone();
+    db.inner.tasks.clone().spawn(async move {
+        let Member {
+            call,
+            key,
+            command,
+            answer,
+            ..
+        } = member;
+        let _ = answer.send(keyed::run(&db, &call, &key, &command).await);
+    });
+}
+
+/// Why a batch did not commit.
+enum Split {
+    /// A deadlock or conflict rolled it back, or its COMMIT's outcome is not
+    /// known: try the whole batch again (the reason, for the retry metric).
+    Retry(&'static str),
+    /// Serve each member alone.
+    Apart,
+    /// The database is silent or no connection was free: every member is
+    /// answered UNAVAILABLE.
+    Unavailable(String),
+}
+
+impl From<AttemptError> for Split {
+    fn from(e: AttemptError) -> Self {
+        match e {
+            // The next attempt's probe settles every member, as `keyed`'s does:
+            // a committed key replays, a free one is decided again.
+            AttemptError::Conflict => Self::Retry("conflict"),
+            AttemptError::Unsettled(_) => Self::Retry("unsettled"),
+            AttemptError::Silent(reason) | AttemptError::NoConnection(reason) => {
+                Self::Unavailable(reason)
+            }
+            _ => Self::Apart,
+        }
+    }
+}
+
+/// One transaction for the batch, on the node its first member routes to; on
+/// success, each member's outcome in order.
+async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<KeyedOutcome>, Split> {
+    let first = members.first().ok_or(Split::Apart)?;
+    let route = db
+        .inner
+        .keyed
+        .route(&first.command.needs(), &first.key, &db.inner.reads)
+        .await;
+    let node = db.inner.keyed.choose(&route);
+    let pool = node.pool();
+    let tightest = tightest(members.iter().map(|m| &m.call)).unwrap_or(&first.call);
+    let calls: Vec<Calling<'_>> = members
+        .iter()
+        .map(|m| Calling {
+            call: &m.call,
+            key: &m.key,
+            command: &m.command,
+            fingerprint: &m.fingerprint,
+        })
+        .collect();
+    let result = async {
+        let mut conn = checkout(pool, tightest).await?;
+        let lock_wait =
+            LockWait::lower(&mut conn, pool, tightest, db.inner.limits.lock_wait).await?;
+        // Read after checkout, it covers the connection checked out.
+        let mode = Mode {
+            batch: Persistence::batch(pool),
+            prove_unused: false,
+        };
+        let tx = Tx::new(&mut conn, pool, lock_wait.duration());
+        let result = attempt::transaction(db, tx, mode, &calls).await;
+        lock_wait.restore(&mut conn, pool).await;
+        result
+    }
+    .await;
+    if let Err(AttemptError::ConnectionLost(_) | AttemptError::Silent(_)) = &result {
+        pool.report_lost();
+        db.inner.keyed.pass_over(node);
+    }
+    result.map_err(Split::from)
+}
+
+/// The call with the least time left, which bounds the batch's waits; a call
+/// without a deadline has the most.
+fn tightest<'a>(calls: impl Iterator<Item = &'a Call>) -> Option<&'a Call> {
+    calls.min_by_key(|call| call.remaining().unwrap_or(Duration::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::tightest;
+    use crate::call::Call;
+
+    #[tokio::test]
+    async fn the_tightest_call_is_the_one_with_least_time_left() {
+        let unbounded = Call::unbounded();
+        let later = Call::new(Some(Instant::now() + Duration::from_secs(60)));
+        let soon = Call::new(Some(Instant::now() + Duration::from_secs(2)));
+        let calls = [&unbounded, &later, &soon, &Call::unbounded()];
+        let found = tightest(calls.into_iter()).map(Call::deadline);
+        assert_eq!(found, Some(soon.deadline()));
+        let found = tightest([&unbounded, &later].into_iter()).map(Call::deadline);
+        assert_eq!(found, Some(later.deadline()));
+        assert!(tightest(std::iter::empty()).is_none());
+    }
+}

@@ -1,0 +1,233 @@
+//! Ids of new accounts, entries and holds, handed out in blocks so a transaction
+//! knows the ids of the rows it will write before it writes anything, and can
+//! encode its reply first.
+//!
+//! An instance takes a block of [`BLOCK`] ids of a kind from `id_blocks` in one
+//! autocommit statement on a read connection (never inside a ledger transaction,
+//! and on a cluster never in a batch another node could abort half way), and
+//! hands them out from memory. Ids are unique across instances; ids reserved for
+//! a call that did not use them go back; a restarted instance leaves the rest of
+//! its blocks unused. No lock is held across a round trip: callers that find the
+//! kind used up each take a block, and every block taken is used.
+
+use std::collections::VecDeque;
+use std::num::NonZeroU64;
+use std::ops::Range;
+use std::sync::Mutex;
+
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Unsigned};
+use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
+
+use crate::db::conn::failure::Failure;
+use crate::db::conn::pool::Pool;
+use crate::error::Error;
+use crate::ledger::book::{NewIds, RowCounts};
+use crate::ledger::{AccountId, EntryId, HoldId};
+
+/// Ids per block: one allocation (a durable commit) per this many rows.
+pub(crate) const BLOCK: u64 = 1000;
+/// Blocks one reservation may take before it gives up.
+const MAX_BLOCKS_PER_RESERVATION: usize = 3;
+/// Attempts at taking a block when a cluster reports a conflict.
+const BLOCK_ATTEMPTS: u32 = 5;
+/// The longest one attempt may take: two statements on a pooled connection.
+const BLOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Accounts,
+    Entries,
+    Holds,
+}
+
+impl Kind {
+    /// The row of `id_blocks`, named after the table.
+    fn row(self) -> &'static str {
+        match self {
+            Self::Accounts => "accounts",
+            Self::Entries => "entries",
+            Self::Holds => "holds",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Free {
+    accounts: VecDeque<Range<u64>>,
+    entries: VecDeque<Range<u64>>,
+    holds: VecDeque<Range<u64>>,
+}
+
+impl Free {
+    fn of(&mut self, kind: Kind) -> &mut VecDeque<Range<u64>> {
+        match kind {
+            Kind::Accounts => &mut self.accounts,
+            Kind::Entries => &mut self.entries,
+            Kind::Holds => &mut self.holds,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Ids {
+    free: Mutex<Free>,
+}
+
+impl Ids {
+    /// Reserves ids for the rows `counts` may create, taking blocks through the
+    /// read pool when a kind is used up.
+    pub(crate) async fn reserve(&self, counts: RowCounts, pool: &Pool) -> Result<NewIds, Failure> {
+        let accounts = self.take(Kind::Accounts, counts.accounts, pool).await?;
+        let entries = self.take(Kind::Entries, counts.entries, pool).await?;
+        let holds = self.take(Kind::Holds, counts.holds, pool).await?;
+        Ok(NewIds {
+            accounts: ids(accounts, AccountId::new),
+            entries: ids(entries, EntryId::new),
+            holds: ids(holds, HoldId::new),
+        })
+    }
+
+    /// Puts back ids reserved but not used, to be handed out first.
+    pub(crate) fn give_back(&self, unused: &NewIds) {
+        let accounts: Vec<u64> = unused.accounts.iter().map(|i| i.get()).collect();
+        let entries: Vec<u64> = unused.entries.iter().map(|i| i.get()).collect();
+        let holds: Vec<u64> = unused.holds.iter().map(|i| i.get()).collect();
+        self.give_back_raw(Kind::Accounts, &accounts);
+        self.give_back_raw(Kind::Entries, &entries);
+        self.give_back_raw(Kind::Holds, &holds);
+    }
+
+    fn give_back_raw(&self, kind: Kind, ids: &[u64]) {
+        if let Ok(mut free) = self.free.lock() {
+            for id in ids.iter().rev() {
+                free.of(kind).push_front(*id..*id + 1);
+            }
+        }
+    }
+
+    async fn take(&self, kind: Kind, n: usize, pool: &Pool) -> Result<Vec<u64>, Failure> {
+        let mut taken = Vec::with_capacity(n);
+        // One block covers any call; a second, a reservation that a block's
+        // end splits. More means blocks are being taken by others as fast.
+        for _ in 0..MAX_BLOCKS_PER_RESERVATION {
+            self.take_free(kind, n, &mut taken);
+            if taken.len() == n {
+                return Ok(taken);
+            }
+            // Without the lock: another caller may take a block meanwhile; both
+            // blocks go into the free list.
+            let block = take_block(kind, pool).await?;
+            if let Ok(mut free) = self.free.lock() {
+                free.of(kind).push_back(block);
+            }
+        }
+        self.take_free(kind, n, &mut taken);
+        if taken.len() == n {
+            return Ok(taken);
+        }
+        self.give_back_raw(kind, &taken);
+        Err(Failure::Final(Error::unavailable(format!(
+            "no {} ids after taking {MAX_BLOCKS_PER_RESERVATION} blocks",
+            kind.row()
+        ))))
+    }
+
+    /// Moves free ids into `into` until it holds `n`.
+    fn take_free(&self, kind: Kind, n: usize, into: &mut Vec<u64>) {
+        let Ok(mut free) = self.free.lock() else {
+            return;
+        };
+        let ranges = free.of(kind);
+        while into.len() < n {
+            let Some(range) = ranges.front_mut() else {
+                return;
+            };
+            match range.next() {
+                Some(id) => into.push(id),
+                None => {
+                    ranges.pop_front();
+                }
+            }
+        }
+    }
+}
+
+fn ids<T>(raw: Vec<u64>, wrap: fn(NonZeroU64) -> T) -> VecDeque<T> {
+    raw.into_iter()
+        .filter_map(NonZeroU64::new)
+        .map(wrap)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reservation_spans_the_end_of_a_block() {
+        let ids = Ids::default();
+        if let Ok(mut free) = ids.free.lock() {
+            free.entries.push_back(1..2);
+            free.entries.push_back(7..9);
+        }
+        let mut taken = vec![];
+        ids.take_free(Kind::Entries, 2, &mut taken);
+        assert_eq!(taken, [1, 7]);
+        ids.take_free(Kind::Entries, 3, &mut taken);
+        assert_eq!(taken, [1, 7, 8]);
+        ids.take_free(Kind::Entries, 4, &mut taken);
+        assert_eq!(taken, [1, 7, 8], "nothing left");
+    }
+}
+
+#[derive(QueryableByName)]
+struct End {
+    #[diesel(sql_type = Unsigned<BigInt>)]
+    end: u64,
+}
+
+/// Moves the kind's `next_id` on by a block, committed at once (a read
+/// connection runs in autocommit), and returns the block. It runs outside the
+/// caller's transaction, so a failure here is final for the attempt: nothing of it
+/// was recorded.
+async fn take_block(kind: Kind, pool: &Pool) -> Result<Range<u64>, Failure> {
+    let unavailable = |e: String| Failure::Final(Error::unavailable(format!("taking ids: {e}")));
+    let mut attempt = 1;
+    loop {
+        let taken = tokio::time::timeout(BLOCK_TIMEOUT, try_take_block(kind, pool)).await;
+        match taken {
+            Ok(Ok(block)) => return Ok(block),
+            // A cluster may abort the autocommit statement for a conflicting one.
+            Ok(Err(e)) if attempt < BLOCK_ATTEMPTS => {
+                tracing::debug!(error = %e, attempt, "taking a block of ids failed; retrying");
+                attempt += 1;
+            }
+            Ok(Err(e)) => return Err(unavailable(e)),
+            Err(_) => return Err(unavailable(format!("no answer within {BLOCK_TIMEOUT:?}"))),
+        }
+    }
+}
+
+async fn try_take_block(kind: Kind, pool: &Pool) -> Result<Range<u64>, String> {
+    let mut conn = pool.get().await.map_err(|e| e.to_string())?;
+    let moved = async {
+        conn.batch_execute(&format!(
+            "UPDATE id_blocks SET next_id = LAST_INSERT_ID(next_id + {BLOCK}) WHERE name = '{}'",
+            kind.row()
+        ))
+        .await?;
+        diesel::sql_query("SELECT LAST_INSERT_ID() AS end")
+            .get_result::<End>(&mut *conn)
+            .await
+    }
+    .await;
+    let End { end } = moved.map_err(|e| {
+        crate::db::conn::connection::discard(&mut conn);
+        e.to_string()
+    })?;
+    if end <= BLOCK {
+        return Err(format!("id_blocks has no row for {}", kind.row()));
+    }
+    Ok(end - BLOCK..end)
+}

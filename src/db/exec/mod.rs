@@ -1,0 +1,19 @@
+//! The executor: the exactly-once transaction of SPEC 3.2, the same for every
+//! operation, and the only code that runs an operation's decision. It builds on
+//! the tables (`tables`) and the connection layer (`conn`), and never names an
+//! operation.
+//!
+//! - `attempt`: one attempt at the transaction, for a lone call or a batch:
+//!   probe, decide, write, COMMIT, settle.
+//! - `keyed`: one keyed call's attempts, with its retries.
+//! - `group`: group commit, a batch's attempts, retried whole or split.
+//! - `load`: locks what an operation needs, in ascending id order.
+//! - `writes`: what a decision changed, sent with the COMMIT.
+//! - `ids`: new ids, taken from the database in blocks.
+
+mod attempt;
+pub(crate) mod group;
+pub(crate) mod ids;
+pub(crate) mod keyed;
+pub(crate) mod load;
+pub(crate) mod writes;

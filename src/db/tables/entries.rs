@@ -1,0 +1,240 @@
+//! The `entries` table, the append-only journal: finding and locking the entries a
+//! refund names, reading entries and pages of an account's journal, and the SQL of
+//! the writes.
+
+use std::fmt::Write as _;
+
+use chrono::NaiveDateTime;
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Datetime, Nullable, Text, TinyInt, Unsigned, Varbinary};
+
+use crate::db::conn::connection::Conn;
+use crate::db::conn::failure::{Failure, Step};
+use crate::db::conn::sql::{Bind, Sql, datetime, hex, nullable, text};
+use crate::db::conn::tx::Tx;
+use crate::error::Error;
+use crate::ledger::book::{EntryRow, NewEntry};
+use crate::ledger::{
+    AccountId, Amount, Currency, Description, Entry, EntryId, EntryKind, HoldId, IdempotencyKey,
+    ScopedKey,
+};
+
+/// The account of an entry or a hold.
+#[derive(Debug, QueryableByName)]
+pub(crate) struct Located {
+    #[diesel(sql_type = Unsigned<BigInt>)]
+    pub(crate) account_id: u64,
+}
+
+/// The accounts of the named entries (a plain read: an entry's account never
+/// changes).
+pub(crate) async fn locate(tx: &mut Tx<'_>, ids: &[EntryId]) -> Result<Vec<Located>, Failure> {
+    let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
+    let sql = Sql::with_ids("SELECT account_id FROM entries WHERE entry_id", &ids, "");
+    tx.load(Step::Locate, sql).await
+}
+
+#[derive(Debug, QueryableByName)]
+struct LockedRow {
+    #[diesel(sql_type = Unsigned<BigInt>)]
+    entry_id: u64,
+    #[diesel(sql_type = Unsigned<BigInt>)]
+    account_id: u64,
+    #[diesel(sql_type = Unsigned<TinyInt>)]
+    kind: u8,
+    #[diesel(sql_type = BigInt)]
+    amount: i64,
+    #[diesel(sql_type = Text)]
+    currency: String,
+    #[diesel(sql_type = BigInt)]
+    refunded: i64,
+}
+
+/// Locks the named entries, after their accounts (a refund of an entry holds its
+/// account's lock, so this never waits).
+pub(crate) async fn lock(tx: &mut Tx<'_>, ids: &[EntryId]) -> Result<Vec<EntryRow>, Failure> {
+    let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
+    let sql = Sql::with_ids(
+        "SELECT entry_id, account_id, kind, amount, currency, refunded FROM entries \
+         WHERE entry_id",
+        &ids,
+        " ORDER BY entry_id FOR UPDATE",
+    );
+    let rows: Vec<LockedRow> = tx.load(Step::LockEntries, sql).await?;
+    let parse = |row: LockedRow| -> Result<EntryRow, Error> {
+        Ok(EntryRow {
+            id: EntryId::parse("entry_id", row.entry_id).map_err(|v| Error::internal_row(&v))?,
+            account_id: AccountId::parse("account_id", row.account_id)
+                .map_err(|v| Error::internal_row(&v))?,
+            kind: kind(row.kind)?,
+            amount: Amount::parse("amount", row.amount).map_err(|v| Error::internal_row(&v))?,
+            currency: Currency::parse("currency", &row.currency)
+                .map_err(|v| Error::internal_row(&v))?,
+            refunded: row.refunded,
+        })
+    };
+    Ok(rows.into_iter().map(parse).collect::<Result<_, _>>()?)
+}
+
+fn kind(code: u8) -> Result<EntryKind, Error> {
+    EntryKind::from_code(code).ok_or_else(|| Error::internal(format!("unknown entry kind {code}")))
+}
+
+/// An entry as stored, for reads.
+#[derive(Debug, QueryableByName)]
+struct FullRow {
+    #[diesel(sql_type = Unsigned<BigInt>)]
+    entry_id: u64,
+    #[diesel(sql_type = Unsigned<BigInt>)]
+    account_id: u64,
+    #[diesel(sql_type = Unsigned<BigInt>)]
+    account_seq: u64,
+    #[diesel(sql_type = Unsigned<TinyInt>)]
+    kind: u8,
+    #[diesel(sql_type = BigInt)]
+    amount: i64,
+    #[diesel(sql_type = Text)]
+    currency: String,
+    #[diesel(sql_type = BigInt)]
+    balance_after: i64,
+    #[diesel(sql_type = Varbinary)]
+    idempotency_key: Vec<u8>,
+    #[diesel(sql_type = Text)]
+    description: String,
+    #[diesel(sql_type = Datetime)]
+    created_at: NaiveDateTime,
+    #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
+    counterparty_account_id: Option<u64>,
+    #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
+    refunded_entry_id: Option<u64>,
+    #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
+    hold_id: Option<u64>,
+}
+
+const FULL_COLUMNS: &str = "entry_id, account_id, account_seq, kind, amount, currency, \
+    balance_after, idempotency_key, description, created_at, counterparty_account_id, \
+    refunded_entry_id, hold_id";
+
+impl FullRow {
+    fn into_entry(self) -> Result<(u64, Entry), Error> {
+        let bad = |v: crate::ledger::FieldViolation| Error::internal_row(&v);
+        let key = String::from_utf8(self.idempotency_key)
+            .map_err(|_| Error::internal("a stored idempotency key is not UTF-8"))?;
+        let entry = Entry {
+            id: EntryId::parse("entry_id", self.entry_id).map_err(bad)?,
+            account_id: AccountId::parse("account_id", self.account_id).map_err(bad)?,
+            kind: kind(self.kind)?,
+            amount: Amount::parse("amount", self.amount).map_err(bad)?,
+            currency: Currency::parse("currency", &self.currency).map_err(bad)?,
+            balance_after: self.balance_after,
+            idempotency_key: IdempotencyKey::parse("idempotency_key", key).map_err(bad)?,
+            description: Description::parse("description", self.description).map_err(bad)?,
+            created_at: self.created_at.and_utc(),
+            counterparty: self
+                .counterparty_account_id
+                .map(|id| AccountId::parse("counterparty_account_id", id))
+                .transpose()
+                .map_err(bad)?,
+            refunded_entry: self
+                .refunded_entry_id
+                .map(|id| EntryId::parse("refunded_entry_id", id))
+                .transpose()
+                .map_err(bad)?,
+            hold: self
+                .hold_id
+                .map(|id| HoldId::parse("hold_id", id))
+                .transpose()
+                .map_err(bad)?,
+        };
+        Ok((self.account_seq, entry))
+    }
+}
+
+/// Reads one entry outside any transaction.
+pub(crate) async fn find(conn: &mut Conn, id: EntryId) -> Result<Option<Entry>, Error> {
+    let sql = Sql::new(format!(
+        "SELECT {FULL_COLUMNS} FROM entries WHERE entry_id = ?"
+    ))
+    .bind(Bind::U64(id.get()));
+    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
+    rows.into_iter()
+        .next()
+        .map(|row| row.into_entry().map(|(_, entry)| entry))
+        .transpose()
+}
+
+/// Up to `limit` entries of an account after its entry numbered `after`, in the
+/// order they were applied, each with its number.
+pub(crate) async fn page(
+    conn: &mut Conn,
+    account: AccountId,
+    after: u64,
+    limit: u32,
+) -> Result<Vec<(u64, Entry)>, Error> {
+    let sql = Sql::new(format!(
+        "SELECT {FULL_COLUMNS} FROM entries WHERE account_id = ? AND account_seq > ? \
+         ORDER BY account_seq LIMIT ?"
+    ))
+    .bind(Bind::U64(account.get()))
+    .bind(Bind::U64(after))
+    .bind(Bind::U64(u64::from(limit)));
+    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
+    rows.into_iter().map(FullRow::into_entry).collect()
+}
+
+const INSERT_COLUMNS: &str = "entry_id, account_id, account_seq, leg, kind, amount, currency, \
+    balance_after, namespace, idempotency_key, description, created_at, \
+    counterparty_account_id, refunded_entry_id, hold_id";
+
+/// The column values of new entries, one `(...)` row each; `key_of` gives the key
+/// of the call that created each.
+pub(crate) fn values<'k>(
+    new: &[NewEntry],
+    key_of: impl Fn(usize) -> Option<&'k ScopedKey>,
+) -> Result<Vec<String>, Error> {
+    new.iter()
+        .map(|n| {
+            let key =
+                key_of(n.call).ok_or_else(|| Error::internal("an entry of an unknown call"))?;
+            let e = &n.entry;
+            Ok(format!(
+                "{id}, {account}, {seq}, {leg}, {kind}, {amount}, CONVERT({currency} USING ascii), \
+                 {balance}, {namespace}, {key}, {description}, {created}, {counterparty}, \
+                 {refunded}, {hold}",
+                id = e.id,
+                account = e.account_id,
+                seq = n.seq,
+                leg = n.leg,
+                kind = e.kind.code(),
+                amount = e.amount.get(),
+                currency = hex(e.currency.as_str().as_bytes()),
+                balance = e.balance_after,
+                namespace = hex(key.namespace.as_str().as_bytes()),
+                key = hex(key.key.as_str().as_bytes()),
+                description = text(e.description.as_str(), "utf8mb4"),
+                created = datetime(e.created_at),
+                counterparty = nullable(e.counterparty.map(AccountId::get)),
+                refunded = nullable(e.refunded_entry.map(EntryId::get)),
+                hold = nullable(e.hold.map(HoldId::get)),
+            ))
+        })
+        .collect()
+}
+
+/// `INSERT` of rows from [`values`]; `guard`, on a multi-primary node, makes it a
+/// no-op unless the transaction still holds its claim.
+pub(crate) fn insert_sql(rows: &[String], guard: Option<&str>) -> Option<String> {
+    crate::db::conn::sql::insert("entries", INSERT_COLUMNS, rows, guard)
+}
+
+/// `UPDATE` of what an entry's refunds returned.
+pub(crate) fn refunded_sql(row: &EntryRow, guard: Option<&str>) -> String {
+    let mut sql = format!(
+        "UPDATE entries SET refunded = {} WHERE entry_id = {}",
+        row.refunded, row.id
+    );
+    if let Some(guard) = guard {
+        let _ = write!(sql, " AND {guard}");
+    }
+    sql
+}

@@ -1,0 +1,195 @@
+//! The `holds` table: finding and locking holds for a transaction, reading one,
+//! and the SQL of the writes.
+//!
+//! A hold's `state` column says HELD until a capture or void resolves it; whether
+//! a held hold has expired is decided against the database's clock wherever it is
+//! read (`Hold::state_at`), never by a background job.
+
+use std::fmt::Write as _;
+
+use chrono::NaiveDateTime;
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Datetime, Nullable, Text, TinyInt, Unsigned, Varbinary};
+
+use super::entries::Located;
+use crate::db::conn::connection::Conn;
+use crate::db::conn::failure::{Failure, Step};
+use crate::db::conn::sql::{Bind, Sql, datetime, hex, text};
+use crate::db::conn::tx::Tx;
+use crate::error::Error;
+use crate::ledger::{
+    AccountId, Amount, Currency, Description, Hold, HoldId, HoldState, IdempotencyKey, ScopedKey,
+};
+
+/// The accounts of the named holds (a plain read: a hold's account never changes).
+pub(crate) async fn locate(tx: &mut Tx<'_>, ids: &[HoldId]) -> Result<Vec<Located>, Failure> {
+    let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
+    let sql = Sql::with_ids("SELECT account_id FROM holds WHERE hold_id", &ids, "");
+    tx.load(Step::Locate, sql).await
+}
+
+#[derive(Debug, QueryableByName)]
+struct Row {
+    #[diesel(sql_type = Unsigned<BigInt>)]
+    hold_id: u64,
+    #[diesel(sql_type = Unsigned<BigInt>)]
+    account_id: u64,
+    #[diesel(sql_type = BigInt)]
+    amount: i64,
+    #[diesel(sql_type = Text)]
+    currency: String,
+    #[diesel(sql_type = Unsigned<TinyInt>)]
+    state: u8,
+    #[diesel(sql_type = BigInt)]
+    captured_amount: i64,
+    #[diesel(sql_type = Text)]
+    description: String,
+    #[diesel(sql_type = Varbinary)]
+    idempotency_key: Vec<u8>,
+    #[diesel(sql_type = Datetime)]
+    created_at: NaiveDateTime,
+    #[diesel(sql_type = Datetime)]
+    expires_at: NaiveDateTime,
+    /// The database's clock, when a read asks for it.
+    #[diesel(sql_type = Nullable<Datetime>)]
+    now: Option<NaiveDateTime>,
+}
+
+const COLUMNS: &str = "hold_id, account_id, amount, currency, state, captured_amount, \
+    description, idempotency_key, created_at, expires_at";
+/// The columns of [`Row`] when locking, without the clock.
+const LOCK_COLUMNS: &str = "hold_id, account_id, amount, currency, state, captured_amount, \
+    description, idempotency_key, created_at, expires_at, NULL AS now";
+
+impl Row {
+    fn into_hold(self) -> Result<Hold, Error> {
+        let bad = |v: crate::ledger::FieldViolation| Error::internal_row(&v);
+        let key = String::from_utf8(self.idempotency_key)
+            .map_err(|_| Error::internal("a stored idempotency key is not UTF-8"))?;
+        Ok(Hold {
+            id: HoldId::parse("hold_id", self.hold_id).map_err(bad)?,
+            account_id: AccountId::parse("account_id", self.account_id).map_err(bad)?,
+            amount: Amount::parse("amount", self.amount).map_err(bad)?,
+            currency: Currency::parse("currency", &self.currency).map_err(bad)?,
+            state: HoldState::from_code(self.state)
+                .ok_or_else(|| Error::internal(format!("unknown hold state {}", self.state)))?,
+            captured_amount: self.captured_amount,
+            description: Description::parse("description", self.description).map_err(bad)?,
+            idempotency_key: IdempotencyKey::parse("idempotency_key", key).map_err(bad)?,
+            created_at: self.created_at.and_utc(),
+            expires_at: self.expires_at.and_utc(),
+        })
+    }
+}
+
+fn parse(rows: Vec<Row>) -> Result<Vec<Hold>, Error> {
+    rows.into_iter().map(Row::into_hold).collect()
+}
+
+/// Locks the holds still in state HELD (expired or not) of the accounts, after
+/// the accounts themselves: every change to an account's holds holds its lock.
+pub(crate) async fn lock_held(
+    tx: &mut Tx<'_>,
+    accounts: &[AccountId],
+) -> Result<Vec<Hold>, Failure> {
+    let ids: Vec<u64> = accounts.iter().map(|id| id.get()).collect();
+    let sql = Sql::with_ids(
+        &format!(
+            "SELECT {LOCK_COLUMNS} FROM holds WHERE state = {held} AND account_id",
+            held = HoldState::Held.code()
+        ),
+        &ids,
+        " ORDER BY hold_id FOR UPDATE",
+    );
+    Ok(parse(tx.load(Step::LockHolds, sql).await?)?)
+}
+
+/// Locks the named holds.
+pub(crate) async fn lock(tx: &mut Tx<'_>, ids: &[HoldId]) -> Result<Vec<Hold>, Failure> {
+    let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
+    let sql = Sql::with_ids(
+        &format!("SELECT {LOCK_COLUMNS} FROM holds WHERE hold_id"),
+        &ids,
+        " ORDER BY hold_id FOR UPDATE",
+    );
+    Ok(parse(tx.load(Step::LockHolds, sql).await?)?)
+}
+
+/// Reads a hold outside any transaction, with the database's clock.
+pub(crate) async fn find(
+    conn: &mut Conn,
+    id: HoldId,
+) -> Result<Option<(Hold, chrono::DateTime<chrono::Utc>)>, Error> {
+    let sql = Sql::new(format!(
+        "SELECT {COLUMNS}, UTC_TIMESTAMP(6) AS now FROM holds WHERE hold_id = ?"
+    ))
+    .bind(Bind::U64(id.get()));
+    let rows: Vec<Row> = crate::db::conn::tx::load(conn, sql).await?;
+    rows.into_iter()
+        .next()
+        .map(|row| {
+            let now = row
+                .now
+                .ok_or_else(|| Error::internal("a hold read without the clock"))?;
+            Ok((row.into_hold()?, now.and_utc()))
+        })
+        .transpose()
+}
+
+const INSERT_COLUMNS: &str = "hold_id, account_id, amount, currency, state, captured_amount, \
+    description, namespace, idempotency_key, created_at, expires_at";
+
+/// The column values of new holds, one `(...)` row each.
+pub(crate) fn values<'k>(
+    new: &[(usize, Hold)],
+    key_of: impl Fn(usize) -> Option<&'k ScopedKey>,
+) -> Result<Vec<String>, Error> {
+    new.iter()
+        .map(|(call, h)| {
+            let key = key_of(*call).ok_or_else(|| Error::internal("a hold of an unknown call"))?;
+            Ok(format!(
+                "{id}, {account}, {amount}, CONVERT({currency} USING ascii), {state}, {captured}, \
+                 {description}, {namespace}, {key}, {created}, {expires}",
+                id = h.id,
+                account = h.account_id,
+                amount = h.amount.get(),
+                currency = hex(h.currency.as_str().as_bytes()),
+                state = h.state.code(),
+                captured = h.captured_amount,
+                description = text(h.description.as_str(), "utf8mb4"),
+                namespace = hex(key.namespace.as_str().as_bytes()),
+                key = hex(key.key.as_str().as_bytes()),
+                created = datetime(h.created_at),
+                expires = datetime(h.expires_at),
+            ))
+        })
+        .collect()
+}
+
+pub(crate) fn insert_sql(rows: &[String], guard: Option<&str>) -> Option<String> {
+    crate::db::conn::sql::insert("holds", INSERT_COLUMNS, rows, guard)
+}
+
+/// `UPDATE` of a hold resolved at `now` by the call under `key`, which the hold
+/// keeps (SPEC 3.5).
+pub(crate) fn resolved_sql(
+    hold: &Hold,
+    key: &ScopedKey,
+    now: chrono::DateTime<chrono::Utc>,
+    guard: Option<&str>,
+) -> String {
+    let mut sql = format!(
+        "UPDATE holds SET state = {state}, captured_amount = {captured}, resolved_at = {now}, \
+         resolved_namespace = {namespace}, resolved_key = {key} WHERE hold_id = {id}",
+        state = hold.state.code(),
+        captured = hold.captured_amount,
+        now = datetime(now),
+        namespace = hex(key.namespace.as_str().as_bytes()),
+        key = hex(key.key.as_str().as_bytes()),
+        id = hold.id,
+    );
+    if let Some(guard) = guard {
+        let _ = write!(sql, " AND {guard}");
+    }
+    sql
+}

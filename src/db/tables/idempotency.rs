@@ -1,0 +1,266 @@
+//! The `idempotency_keys` table: the probe that claims a key, the locking reads of
+//! an existing key, and the SQL that stores an outcome.
+
+use chrono::NaiveDateTime;
+use diesel::QueryableByName;
+use diesel::mysql::Mysql;
+use diesel::prelude::QueryResult;
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::sql_types::{Binary, Blob, Datetime, Integer, Nullable, TinyInt, Unsigned, Varbinary};
+
+use crate::db::conn::failure::{Failure, Step};
+use crate::db::conn::sql::{Bind, Sql, hex};
+use crate::db::conn::tx::Tx;
+use crate::error::Error;
+use crate::ledger::{Fingerprint, ScopedKey, StoredOutcome};
+use crate::ops::Method;
+
+/// What the probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The row was inserted: this transaction does the work.
+    New,
+    /// The row existed (and, if another transaction held it, that one has ended):
+    /// replay its outcome.
+    Duplicate,
+}
+
+/// SPEC 3.2 step 3. Affected rows are 1 for a new key and 0 for a duplicate, which
+/// only holds on connections without `CLIENT_FOUND_ROWS` (see `pool`). A duplicate
+/// whose row is still uncommitted blocks here until its transaction ends.
+pub(crate) async fn probe(
+    tx: &mut Tx<'_>,
+    key: &ScopedKey,
+    method: Method,
+    fingerprint: &Fingerprint,
+) -> Result<Claim, Failure> {
+    let probe = Probe {
+        namespace: key.namespace.as_str().as_bytes(),
+        key: key.key.as_str().as_bytes(),
+        method: method.code(),
+        fingerprint: fingerprint.as_bytes().as_slice(),
+    };
+    match tx.execute(Step::Probe, probe).await? {
+        1 => Ok(Claim::New),
+        0 => Ok(Claim::Duplicate),
+        n => Err(Error::internal(format!(
+            "the probe affected {n} rows; only 1 (new) or 0 (duplicate) are meaningful"
+        ))
+        .into()),
+    }
+}
+
+/// The probe statement, written out so the SQL the guarantee rests on reads as one
+/// line, and with a static query id so the prepared statement is cached (diesel's
+/// own upsert builder opts out of caching).
+#[derive(Debug)]
+struct Probe<'a> {
+    namespace: &'a [u8],
+    key: &'a [u8],
+    method: u8,
+    fingerprint: &'a [u8],
+}
+
+impl QueryFragment<Mysql> for Probe<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+        out.push_sql(
+            "INSERT INTO idempotency_keys \
+             (namespace, idempotency_key, method, fingerprint, created_at) VALUES (",
+        );
+        out.push_bind_param::<Varbinary, _>(&self.namespace)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Varbinary, _>(&self.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Unsigned<TinyInt>, _>(&self.method)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Binary, _>(&self.fingerprint)?;
+        // The database's clock, which retention compares key ages with.
+        out.push_sql(
+            ", UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key",
+        );
+        Ok(())
+    }
+}
+
+impl QueryId for Probe<'_> {
+    type QueryId = ProbeId;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+/// The cache identity of [`Probe`]'s SQL text, which never changes.
+#[derive(Debug)]
+struct ProbeId;
+
+impl diesel::query_builder::Query for Probe<'_> {
+    type SqlType = diesel::sql_types::Untyped;
+}
+
+/// An existing key's row.
+#[derive(Debug, QueryableByName)]
+pub struct KeyRow {
+    #[diesel(sql_type = Unsigned<TinyInt>)]
+    pub method: u8,
+    #[diesel(sql_type = Binary)]
+    pub fingerprint: Vec<u8>,
+    #[diesel(sql_type = Nullable<Integer>)]
+    pub outcome_code: Option<i32>,
+    #[diesel(sql_type = Nullable<Blob>)]
+    pub outcome: Option<Vec<u8>>,
+    #[diesel(sql_type = Datetime)]
+    pub created_at: NaiveDateTime,
+}
+
+impl KeyRow {
+    pub fn binds(&self, method: Method, fingerprint: &Fingerprint) -> bool {
+        self.method == method.code() && self.fingerprint == fingerprint.as_bytes()
+    }
+
+    /// The stored outcome; `None` only for a row that was never completed, which a
+    /// committed row cannot be.
+    pub fn outcome(&self) -> Option<StoredOutcome> {
+        Some(StoredOutcome {
+            code: self.outcome_code?,
+            body: self.outcome.clone()?,
+        })
+    }
+}
+
+const KEY_COLUMNS: &str = "method, fingerprint, outcome_code, outcome, created_at";
+
+fn select_key<'a>(key: &'a ScopedKey, lock: &str) -> Sql<'a> {
+    Sql::new(format!(
+        "SELECT {KEY_COLUMNS} FROM idempotency_keys \
+         WHERE namespace = ? AND idempotency_key = ? {lock}"
+    ))
+    .bind(Bind::Bytes(key.namespace.as_str().as_bytes()))
+    .bind(Bind::Bytes(key.key.as_str().as_bytes()))
+}
+
+/// SPEC 3.2 step 5: a locking read, so it sees the original's committed outcome
+/// rather than a snapshot taken before the original committed.
+pub(crate) async fn lock_existing(tx: &mut Tx<'_>, key: &ScopedKey) -> Result<KeyRow, Failure> {
+    let rows: Vec<KeyRow> = tx
+        .load(Step::ReadKey, select_key(key, "FOR UPDATE"))
+        .await?;
+    rows.into_iter()
+        .next()
+        .ok_or_else(|| Error::internal("the probe found a key row that is gone").into())
+}
+
+/// SPEC 3.7: the key's row, read with a shared lock so that an operation still
+/// in flight under the key is waited for; `None` when nothing has committed under
+/// the key.
+pub(crate) async fn look_up(tx: &mut Tx<'_>, key: &ScopedKey) -> Result<Option<KeyRow>, Failure> {
+    let rows: Vec<KeyRow> = tx
+        .load(Step::ReadKey, select_key(key, "LOCK IN SHARE MODE"))
+        .await?;
+    Ok(rows.into_iter().next())
+}
+
+/// The condition that selects a key's row, whoever wrote it.
+pub(crate) fn row_condition(key: &ScopedKey) -> String {
+    format!(
+        "namespace = {} AND idempotency_key = {}",
+        hex(key.namespace.as_str().as_bytes()),
+        hex(key.key.as_str().as_bytes())
+    )
+}
+
+/// The condition that holds only inside the transaction that claimed the key:
+/// its row exists and has no outcome yet.
+pub(crate) fn claimed_condition(key: &ScopedKey) -> String {
+    format!("{} AND outcome IS NULL", row_condition(key))
+}
+
+/// `UPDATE` of a new key's row with its outcome; on a multi-primary node only
+/// while the row is still claimed.
+pub(crate) fn outcome_sql(key: &ScopedKey, outcome: &StoredOutcome, guarded: bool) -> String {
+    let condition = if guarded {
+        claimed_condition(key)
+    } else {
+        row_condition(key)
+    };
+    format!(
+        "UPDATE idempotency_keys SET outcome_code = {code}, outcome = {body} WHERE {condition}",
+        code = outcome.code,
+        body = hex(&outcome.body),
+    )
+}
+
+/// True when the key's committed row holds exactly this outcome (for the check
+/// after COMMIT).
+pub(crate) fn committed_condition(key: &ScopedKey, outcome: &StoredOutcome) -> String {
+    format!(
+        "({}, {}, {}, {})",
+        hex(key.namespace.as_str().as_bytes()),
+        hex(key.key.as_str().as_bytes()),
+        outcome.code,
+        hex(&outcome.body)
+    )
+}
+
+/// A key's row as a batch reads it back: which key, and what it holds.
+#[derive(Debug, QueryableByName)]
+pub(crate) struct BatchKeyRow {
+    #[diesel(sql_type = Varbinary)]
+    pub(crate) namespace: Vec<u8>,
+    #[diesel(sql_type = Varbinary)]
+    pub(crate) idempotency_key: Vec<u8>,
+    #[diesel(embed)]
+    pub(crate) row: KeyRow,
+}
+
+impl BatchKeyRow {
+    pub(crate) fn is(&self, key: &ScopedKey) -> bool {
+        self.namespace == key.namespace.as_str().as_bytes()
+            && self.idempotency_key == key.key.as_str().as_bytes()
+    }
+}
+
+/// The probe of a batch's keys, sorted so two batches claim shared keys in one
+/// order; returns how many rows it inserted. Its affected rows cannot tell which
+/// keys are new when some are duplicates (the locking read after it does:
+/// [`lock_claimed`]), but when it inserted as many rows as there are distinct keys,
+/// every key is new.
+pub(crate) async fn probe_all(
+    tx: &mut Tx<'_>,
+    keys: &[(&ScopedKey, Method, &Fingerprint)],
+) -> Result<usize, Failure> {
+    let keys = crate::db::conn::sql::padded(keys);
+    let rows = vec!["(?, ?, ?, ?, UTC_TIMESTAMP(6))"; keys.len()].join(", ");
+    let mut sql = Sql::new(format!(
+        "INSERT INTO idempotency_keys \
+         (namespace, idempotency_key, method, fingerprint, created_at) VALUES {rows} \
+         ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key"
+    ));
+    for (key, method, fingerprint) in &keys {
+        sql = sql
+            .bind(Bind::Bytes(key.namespace.as_str().as_bytes()))
+            .bind(Bind::Bytes(key.key.as_str().as_bytes()))
+            .bind(Bind::U64(u64::from(method.code())))
+            .bind(Bind::Bytes(fingerprint.as_bytes().as_slice()));
+    }
+    tx.execute(Step::Probe, sql).await
+}
+
+/// The batch's key rows, locked. After [`probe_all`], a row without an outcome is
+/// one this transaction inserted (a row another transaction held would have made
+/// the probe wait until it committed, with an outcome, or rolled back, leaving the
+/// key to this probe); a row with one is a duplicate.
+pub(crate) async fn lock_claimed(
+    tx: &mut Tx<'_>,
+    keys: &[&ScopedKey],
+) -> Result<Vec<BatchKeyRow>, Failure> {
+    let keys = crate::db::conn::sql::padded(keys);
+    let pairs = vec!["(?, ?)"; keys.len()].join(", ");
+    let mut sql = Sql::new(format!(
+        "SELECT namespace, idempotency_key, {KEY_COLUMNS} FROM idempotency_keys \
+         WHERE (namespace, idempotency_key) IN ({pairs}) FOR UPDATE"
+    ));
+    for key in &keys {
+        sql = sql
+            .bind(Bind::Bytes(key.namespace.as_str().as_bytes()))
+            .bind(Bind::Bytes(key.key.as_str().as_bytes()));
+    }
+    tx.load(Step::ReadKey, sql).await
+}

@@ -1,0 +1,20 @@
+//! One file per table: its rows, the statements that read, lock and write them,
+//! and how a row becomes a domain value. The tables build only on the connection
+//! layer (`conn`); the executor above them (`exec`) combines them.
+//!
+//! - `accounts`, `entries`, `holds`: the ledger's own rows.
+//! - `idempotency`: the key rows, the probe that claims a key and the stored
+//!   outcomes; `effects`: what a key changed, found through the rows that carry it.
+//!   Both are tables the executor and the key look-up read alike, so they live
+//!   here rather than with the executor.
+//! - `reads`: the plain reads and the key look-up, [`Persistence`]'s read-only
+//!   operations over these tables.
+//!
+//! [`Persistence`]: crate::db::Persistence
+
+pub(crate) mod accounts;
+pub(crate) mod effects;
+pub(crate) mod entries;
+pub(crate) mod holds;
+pub(crate) mod idempotency;
+pub(crate) mod reads;
