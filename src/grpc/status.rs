@@ -220,7 +220,7 @@ fn promise(recorded: Recorded) -> &'static str {
 fn field_violations(violations: &[crate::ledger::FieldViolation]) -> Vec<FieldViolation> {
     violations
         .iter()
-        .map(|v| FieldViolation::new(v.field, v.description.clone()))
+        .map(|v| FieldViolation::new(v.field.clone(), v.description.clone()))
         .collect()
 }
 

@@ -98,8 +98,9 @@ pub struct NewEntry {
     pub seq: u64,
     /// The call (in decision order) that created it.
     pub call: usize,
-    /// Its place among its call's entries: a transfer's debit is 0, its credit 1.
-    pub leg: u8,
+    /// Its place among its call's entries: a transfer's debit is 0, its credit 1;
+    /// a post's leg i writes 2i and 2i + 1. Unique per key.
+    pub leg: u16,
 }
 
 /// A hold resolved by a call.
@@ -390,14 +391,17 @@ impl Book {
             counterparty: posting.counterparty,
             refunded_entry: posting.refunded_entry,
             hold: posting.hold,
+            leg: posting.leg,
         };
-        let leg = self.new_entries.iter().filter(|e| e.call == call).count();
+        let place = self.new_entries.iter().filter(|e| e.call == call).count();
+        let place = u16::try_from(place).map_err(|_| {
+            Refusal::Internal("a call wrote more entries than a place holds".into())
+        })?;
         self.new_entries.push(NewEntry {
             entry: entry.clone(),
             seq: after.entry_count,
             call,
-            // A call writes at most a handful of entries.
-            leg: u8::try_from(leg).unwrap_or(u8::MAX),
+            leg: place,
         });
         self.replace_account(after, before);
         self.log(Undo::NewEntry);
@@ -558,6 +562,8 @@ pub struct Posting {
     pub counterparty: Option<AccountId>,
     pub refunded_entry: Option<EntryId>,
     pub hold: Option<HoldId>,
+    /// Posts: the leg it belongs to.
+    pub leg: u16,
 }
 
 impl Posting {
@@ -575,6 +581,7 @@ impl Posting {
             counterparty: None,
             refunded_entry: None,
             hold: None,
+            leg: 0,
         }
     }
 }

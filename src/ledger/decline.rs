@@ -57,16 +57,26 @@ pub enum Decline {
         held: Amount,
         amount: Amount,
     },
+    /// A leg of a post was declined, so the whole post is.
+    InLeg {
+        leg: u16,
+        decline: Box<Decline>,
+    },
 }
 
 impl Decline {
     /// Whether the decline names a row that does not exist (`NOT_FOUND`); the
     /// others are unmet preconditions (`FAILED_PRECONDITION`).
     pub fn is_not_found(&self) -> bool {
-        matches!(
-            self,
-            Self::AccountNotFound { .. } | Self::EntryNotFound { .. } | Self::HoldNotFound { .. }
-        )
+        match self {
+            Self::InLeg { decline, .. } => decline.is_not_found(),
+            other => matches!(
+                other,
+                Self::AccountNotFound { .. }
+                    | Self::EntryNotFound { .. }
+                    | Self::HoldNotFound { .. }
+            ),
+        }
     }
 
     /// The `ErrorInfo` reason (SPEC 4).
@@ -83,6 +93,7 @@ impl Decline {
             Self::HoldNotHeld { .. } => "HOLD_NOT_HELD",
             Self::HoldExpired { .. } => "HOLD_EXPIRED",
             Self::CaptureExceedsHold { .. } => "CAPTURE_EXCEEDS_HOLD",
+            Self::InLeg { decline, .. } => decline.reason(),
         }
     }
 
@@ -135,6 +146,7 @@ impl Decline {
                 held,
                 amount,
             } => format!("hold {hold_id} holds {held}, less than the {amount} to capture"),
+            Self::InLeg { leg, decline } => format!("leg {leg}: {}", decline.message()),
         }
     }
 
@@ -205,6 +217,11 @@ impl Decline {
                 ("held", held.to_string()),
                 ("amount", amount.to_string()),
             ],
+            Self::InLeg { leg, decline } => {
+                let mut metadata = decline.metadata();
+                metadata.push(("leg", leg.to_string()));
+                metadata
+            }
         }
     }
 }

@@ -144,6 +144,8 @@ pub struct Entry {
     pub refunded_entry: Option<EntryId>,
     /// Captures: the hold captured.
     pub hold: Option<HoldId>,
+    /// Posts: the index of the leg that wrote it; 0 otherwise.
+    pub leg: u16,
 }
 
 /// Money reserved on an account until it is captured, voided, or expires.

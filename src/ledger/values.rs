@@ -1,21 +1,33 @@
 //! Validated request values. Each type can only hold what the contract allows, so
 //! code past the boundary never re-checks a field.
 
+use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 use std::num::NonZeroU64;
 
 /// One invalid request field, reported to the caller as a `BadRequest` field violation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldViolation {
-    pub field: &'static str,
+    /// The field's name; a repeated message's field is named with its index, as
+    /// `legs[2].amount`.
+    pub field: Cow<'static, str>,
     pub description: String,
 }
 
 impl FieldViolation {
-    pub fn new(field: &'static str, description: impl Into<String>) -> Self {
+    pub fn new(field: impl Into<Cow<'static, str>>, description: impl Into<String>) -> Self {
         Self {
-            field,
+            field: field.into(),
             description: description.into(),
+        }
+    }
+
+    /// The violation as one of element `index` of the repeated field `list`.
+    #[must_use]
+    pub fn within(self, list: &str, index: usize) -> Self {
+        Self {
+            field: format!("{list}[{index}].{}", self.field).into(),
+            ..self
         }
     }
 }

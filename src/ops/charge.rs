@@ -168,7 +168,7 @@ mod tests {
         let Err(violations) = Charge::parse(request) else {
             panic!("expected violations");
         };
-        let fields: Vec<_> = violations.iter().map(|v| v.field).collect();
+        let fields: Vec<_> = violations.iter().map(|v| v.field.as_ref()).collect();
         assert_eq!(
             fields,
             [

@@ -31,6 +31,7 @@ pub fn entry_message(entry: &Entry) -> pb::Entry {
         counterparty_account_id: entry.counterparty.map_or(0, AccountId::get),
         refunded_entry_id: entry.refunded_entry.map_or(0, EntryId::get),
         hold_id: entry.hold.map_or(0, HoldId::get),
+        leg: u32::from(entry.leg),
     }
 }
 

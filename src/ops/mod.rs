@@ -80,6 +80,13 @@ macro_rules! registry {
                 }
             }
 
+            /// Whether its entries repeat once per leg of the request.
+            pub fn per_leg(self) -> bool {
+                match self {
+                    $(Self::$op => <$op as Operation>::PER_LEG,)*
+                }
+            }
+
             /// What a stored reply of this method names, or why it is unsound.
             pub fn named(self, reply: &[u8]) -> Result<Named, String> {
                 match self {
@@ -114,10 +121,14 @@ impl Method {
         })
     }
 
-    /// The method whose calls leave `effect`; the first listed, where several do.
+    /// The method whose calls leave `effect`, unless several do.
     pub fn leaving(effect: Effect) -> Option<Self> {
         use strum::IntoEnumIterator as _;
-        Self::iter().find(|method| method.effects().contains(&effect))
+        let mut leaving = Self::iter().filter(|method| method.effects().contains(&effect));
+        match (leaving.next(), leaving.next()) {
+            (Some(one), None) => Some(one),
+            _ => None,
+        }
     }
 }
 
@@ -137,6 +148,10 @@ pub trait Operation: Registered + std::fmt::Debug + Send + Sync + Sized + 'stati
     /// What a success leaves behind, each carrying the call's key: the journal
     /// entries it writes, in order, and the rows it creates or resolves.
     const EFFECTS: &'static [Effect];
+
+    /// Whether its entries repeat, in the order of `EFFECTS`, once per leg of the
+    /// request (a post's legs), rather than once.
+    const PER_LEG: bool = false;
 
     /// The key and the validated operation, or every invalid field (SPEC 3.2
     /// step 1: nothing touches the database before this).
@@ -295,12 +310,17 @@ mod registry_tests {
         assert_eq!(Method::from_code(0), None);
         assert_eq!(Method::CaptureHold.name(), "CaptureHold");
         for kind in EntryKind::iter() {
-            let writer = Method::leaving(Effect::Entry(kind));
             assert!(
-                writer.is_some_and(|m| m.entry_kinds().any(|k| k == kind)),
+                Method::iter().any(|m| m.entry_kinds().any(|k| k == kind)),
                 "{kind:?}"
             );
         }
+        assert_eq!(
+            Method::leaving(Effect::Entry(EntryKind::Charge)),
+            Some(Method::Charge)
+        );
+        // Transfers and posts both write transfer entries: neither is named.
+        assert_eq!(Method::leaving(Effect::Entry(EntryKind::TransferOut)), None);
         assert_eq!(
             Method::leaving(Effect::ResolvedHold(crate::ledger::HoldState::Voided)),
             Some(Method::VoidHold)

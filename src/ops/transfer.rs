@@ -28,6 +28,57 @@ pub struct Moved {
     pub credit: Entry,
 }
 
+/// A transfer's fields as they arrive: from, to, amount, currency, description.
+pub(super) type Fields5<'a> = (u64, u64, i64, &'a str, String);
+
+impl Transfer {
+    /// The transfer, if every field is valid and the accounts differ; else
+    /// `None`, with each violation recorded.
+    pub(super) fn check(check: &mut Violations, fields: Fields5<'_>) -> Option<Self> {
+        let (from, to, amount, currency, description) = fields;
+        let from = check.field(AccountId::parse("from_account_id", from));
+        let to = check.field(AccountId::parse("to_account_id", to));
+        let amount = check.field(Amount::parse("amount", amount));
+        let currency = check.field(Currency::parse("currency", currency));
+        let description = check.field(Description::parse("description", description));
+        if from.is_some() && from == to {
+            check.push(FieldViolation::new(
+                "to_account_id",
+                "must differ from from_account_id",
+            ));
+            return None;
+        }
+        Some(Self {
+            from: from?,
+            to: to?,
+            amount: amount?,
+            currency: currency?,
+            description: description?,
+        })
+    }
+
+    /// Moves the money as leg `leg` of its call: the debit, then the credit, both
+    /// described by `description`.
+    pub(super) fn apply(
+        &self,
+        book: &mut Book,
+        leg: u16,
+        description: &Description,
+    ) -> Result<Moved, Refusal> {
+        book.account_in(self.from, self.currency)?;
+        book.account_in(self.to, self.currency)?;
+        book.require_available(self.from, self.amount)?;
+        let posting = |account, kind, counterparty| Posting {
+            counterparty: Some(counterparty),
+            leg,
+            ..Posting::new(account, kind, self.amount, description.clone())
+        };
+        let debit = book.post(posting(self.from, EntryKind::TransferOut, self.to))?;
+        let credit = book.post(posting(self.to, EntryKind::TransferIn, self.from))?;
+        Ok(Moved { debit, credit })
+    }
+}
+
 impl Operation for Transfer {
     type Request = pb::TransferRequest;
     type Reply = pb::TransferReply;
@@ -41,33 +92,18 @@ impl Operation for Transfer {
     fn parse(r: pb::TransferRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let mut check = Violations::default();
         let key = check.key(r.idempotency_key);
-        let from = check.field(AccountId::parse("from_account_id", r.from_account_id));
-        let to = check.field(AccountId::parse("to_account_id", r.to_account_id));
-        let amount = check.field(Amount::parse("amount", r.amount));
-        let currency = check.field(Currency::parse("currency", &r.currency));
-        let description = check.field(Description::parse("description", r.description));
-        if from.is_some() && from == to {
-            check.push(FieldViolation::new(
-                "to_account_id",
-                "must differ from from_account_id",
-            ));
+        let fields = (
+            r.from_account_id,
+            r.to_account_id,
+            r.amount,
+            r.currency.as_str(),
+            r.description,
+        );
+        let transfer = Self::check(&mut check, fields);
+        match (key, transfer) {
+            (Some(key), Some(transfer)) if check.is_empty() => Ok((key, transfer)),
+            _ => Err(check.into_violations()),
         }
-        let (Some(key), Some(from), Some(to), Some(amount), Some(currency), Some(description)) =
-            (key, from, to, amount, currency, description)
-        else {
-            return Err(check.into_violations());
-        };
-        if !check.is_empty() {
-            return Err(check.into_violations());
-        }
-        let transfer = Self {
-            from,
-            to,
-            amount,
-            currency,
-            description,
-        };
-        Ok((key, transfer))
     }
 
     fn fingerprint(&self, fields: &mut Fields) {
@@ -90,16 +126,7 @@ impl Operation for Transfer {
     }
 
     fn decide(&self, book: &mut Book) -> Result<Moved, Refusal> {
-        book.account_in(self.from, self.currency)?;
-        book.account_in(self.to, self.currency)?;
-        book.require_available(self.from, self.amount)?;
-        let leg = |account, kind, counterparty| Posting {
-            counterparty: Some(counterparty),
-            ..Posting::new(account, kind, self.amount, self.description.clone())
-        };
-        let debit = book.post(leg(self.from, EntryKind::TransferOut, self.to))?;
-        let credit = book.post(leg(self.to, EntryKind::TransferIn, self.from))?;
-        Ok(Moved { debit, credit })
+        self.apply(book, 0, &self.description)
     }
 
     fn reply(moved: &Moved) -> pb::TransferReply {

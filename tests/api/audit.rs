@@ -78,7 +78,9 @@ const ENTRY_KEY: &str = "every entry has its key, unless retention purged it";
 const OUTCOME: &str = "every key has an outcome";
 const METHOD_ENTRIES: &str =
     "a successful call has exactly its method's entries, and nothing else has any";
-const TRANSFER: &str = "each transfer's two entries match";
+const TRANSFER: &str = "each transfer's, and each post leg's, two entries match";
+const PLACES: &str =
+    "a call's entries take consecutive places, and a post's legs consecutive numbers";
 const REFUNDS: &str = "refunds never exceed their entry, and each entry counts its refunds";
 const CURRENCY: &str = "per currency, balances equal credits and refunds less charges and captures; transfers net to zero";
 const HELD: &str = "held equals the sum of held holds";
@@ -87,7 +89,7 @@ const STORED: &str = "every stored outcome decodes and matches what its key wrot
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_damage_is_named() {
-    let cases: [(&str, &[&str]); 12] = [
+    let cases: [(&str, &[&str]); 13] = [
         (
             "UPDATE accounts SET entry_count = entry_count + 1",
             &[COUNTS],
@@ -120,6 +122,10 @@ async fn every_kind_of_damage_is_named() {
             "UPDATE entries SET counterparty_account_id = account_id \
              WHERE idempotency_key = 't' AND leg = 0",
             &[TRANSFER],
+        ),
+        (
+            "UPDATE entries SET post_leg = 1 WHERE idempotency_key = 't' AND leg = 1",
+            &[PLACES],
         ),
         (
             "UPDATE entries SET refunded = refunded + 1 WHERE idempotency_key = 'c'",

@@ -229,7 +229,9 @@ async fn decide_each(
         if (mode.prove_unused || matches!(decided, Err(Refusal::Declined(_))))
             && let Some(first) = effects::purged_use(tx, calling.key).await?
         {
-            return Err(Failure::Final(first.expired()));
+            return Err(Failure::Final(
+                first.expired(Some(calling.command.method())),
+            ));
         }
         outcomes.push(match decided {
             Ok(reply) => StoredOutcome::reply(reply),

@@ -39,16 +39,22 @@ struct Row {
 /// The earliest effect of a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FirstUse {
-    /// The method that caused it, when the effect tells.
-    pub(crate) method: Option<Method>,
+    /// What it was, when the row tells.
+    pub(crate) effect: Option<Effect>,
     pub(crate) at: chrono::DateTime<chrono::Utc>,
 }
 
 impl FirstUse {
-    /// The answer to a key whose row was purged after this effect.
-    pub(crate) fn expired(self) -> Error {
+    /// The answer to a key whose row was purged after this effect, to a call of
+    /// `asking` (none for a look-up). It names the method that left the effect:
+    /// the only one that leaves it, or else `asking`, if that one does (transfers
+    /// and posts leave the same entries).
+    pub(crate) fn expired(self, asking: Option<Method>) -> Error {
+        let method = self.effect.and_then(|effect| {
+            Method::leaving(effect).or_else(|| asking.filter(|m| m.effects().contains(&effect)))
+        });
         Error::KeyExpired {
-            method: self.method,
+            method,
             first_used_at: self.at,
         }
     }
@@ -66,7 +72,7 @@ impl Row {
             None => None,
         };
         FirstUse {
-            method: effect.and_then(Method::leaving),
+            effect,
             at: self.at.and_utc(),
         }
     }

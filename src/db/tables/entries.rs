@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use chrono::NaiveDateTime;
 use diesel::QueryableByName;
-use diesel::sql_types::{BigInt, Datetime, Nullable, Text, TinyInt, Unsigned, Varbinary};
+use diesel::sql_types::{BigInt, Datetime, Nullable, SmallInt, Text, TinyInt, Unsigned, Varbinary};
 
 use crate::db::conn::connection::Conn;
 use crate::db::conn::failure::{Failure, Step};
@@ -109,11 +109,13 @@ struct FullRow {
     refunded_entry_id: Option<u64>,
     #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
     hold_id: Option<u64>,
+    #[diesel(sql_type = Unsigned<SmallInt>)]
+    post_leg: u16,
 }
 
 const FULL_COLUMNS: &str = "entry_id, account_id, account_seq, kind, amount, currency, \
     balance_after, idempotency_key, description, created_at, counterparty_account_id, \
-    refunded_entry_id, hold_id";
+    refunded_entry_id, hold_id, post_leg";
 
 impl FullRow {
     fn into_entry(self) -> Result<(u64, Entry), Error> {
@@ -145,6 +147,7 @@ impl FullRow {
                 .map(|id| HoldId::parse("hold_id", id))
                 .transpose()
                 .map_err(bad)?,
+            leg: self.post_leg,
         };
         Ok((self.account_seq, entry))
     }
@@ -182,8 +185,8 @@ pub(crate) async fn page(
     rows.into_iter().map(FullRow::into_entry).collect()
 }
 
-const INSERT_COLUMNS: &str = "entry_id, account_id, account_seq, leg, kind, amount, currency, \
-    balance_after, namespace, idempotency_key, description, created_at, \
+const INSERT_COLUMNS: &str = "entry_id, account_id, account_seq, leg, post_leg, kind, amount, \
+    currency, balance_after, namespace, idempotency_key, description, created_at, \
     counterparty_account_id, refunded_entry_id, hold_id";
 
 /// The column values of new entries, one `(...)` row each; `key_of` gives the key
@@ -198,13 +201,15 @@ pub(crate) fn values<'k>(
                 key_of(n.call).ok_or_else(|| Error::internal("an entry of an unknown call"))?;
             let e = &n.entry;
             Ok(format!(
-                "{id}, {account}, {seq}, {leg}, {kind}, {amount}, CONVERT({currency} USING ascii), \
+                "{id}, {account}, {seq}, {leg}, {post_leg}, {kind}, {amount}, \
+                 CONVERT({currency} USING ascii), \
                  {balance}, {namespace}, {key}, {description}, {created}, {counterparty}, \
                  {refunded}, {hold}",
                 id = e.id,
                 account = e.account_id,
                 seq = n.seq,
                 leg = n.leg,
+                post_leg = e.leg,
                 kind = e.kind.code(),
                 amount = e.amount.get(),
                 currency = hex(e.currency.as_str().as_bytes()),

@@ -108,6 +108,6 @@ async fn look_up_or_expired(tx: &mut Tx<'_>, key: &ScopedKey) -> Result<Option<K
     // with its effect, by another node): then its row is the answer.
     match idempotency::look_up(tx, key).await? {
         Some(row) => Ok(Some(row)),
-        None => Err(first.expired().into()),
+        None => Err(first.expired(None).into()),
     }
 }
