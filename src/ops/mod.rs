@@ -44,6 +44,7 @@ macro_rules! operations {
             6 => PlaceHold place_hold,
             7 => CaptureHold capture_hold,
             8 => VoidHold void_hold,
+            9 => Post post,
         }
     };
 }

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 use crate::support::{
-    Config, TestApp, TestDb, assert_audit_passes, capture, charge, credit, info, place_hold,
-    raw_call, reason, replayed, transfer, void,
+    Config, TestApp, TestDb, assert_audit_passes, capture, charge, credit, info, leg, place_hold,
+    post, raw_call, reason, replayed, transfer, void,
 };
 
 type Client = pb::ledger_client::LedgerClient<tonic::transport::Channel>;
@@ -115,6 +115,36 @@ async fn a_purged_transfer_is_refused_and_moves_nothing_again() {
         2,
         "one debit, one credit"
     );
+}
+
+/// Every leg's entries carry the post's key, so a purged post is refused, not
+/// run again, and names its method.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_post_is_refused_and_moves_nothing_again() {
+    let db = TestDb::new();
+    let app = purging(&db).await;
+    let mut c = app.client().await;
+    let (a, b, fee) = (
+        app.funded_account("USD", 100).await,
+        app.funded_account("USD", 0).await,
+        app.funded_account("USD", 0).await,
+    );
+    let sale = || post("sale-1", vec![leg(a, b, 40), leg(a, fee, 2)]);
+    c.post(sale()).await.unwrap();
+    until_purged(&db, "sale-1").await;
+
+    let again = c.post(sale()).await.unwrap_err();
+    assert_expired(&again, "Post");
+    assert_eq!(
+        (
+            db.balance(a).await,
+            db.balance(b).await,
+            db.balance(fee).await
+        ),
+        (58, 40, 2)
+    );
+    assert_eq!(db.entries_for_key("sale-1").await, 4);
+    assert_audit_passes(&db.url).await;
 }
 
 /// Placing, capturing and voiding a hold, and opening an account: each leaves its

@@ -41,6 +41,25 @@ pub fn transfer(key: &str, from: u64, to: u64, amount: i64) -> pb::TransferReque
     }
 }
 
+/// A leg of a post, in USD.
+pub fn leg(from: u64, to: u64, amount: i64) -> pb::Leg {
+    pb::Leg {
+        from_account_id: from,
+        to_account_id: to,
+        amount,
+        currency: "USD".into(),
+        description: String::new(),
+    }
+}
+
+pub fn post(key: &str, legs: Vec<pb::Leg>) -> pb::PostRequest {
+    pb::PostRequest {
+        idempotency_key: key.into(),
+        legs,
+        description: String::new(),
+    }
+}
+
 pub fn refund(key: &str, entry_id: u64, amount: i64) -> pb::RefundRequest {
     pb::RefundRequest {
         idempotency_key: key.into(),

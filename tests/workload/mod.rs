@@ -31,6 +31,7 @@ pub struct Counters {
     pub retries: AtomicU64,
     pub declined: AtomicU64,
     pub transfers: AtomicU64,
+    pub posts: AtomicU64,
     pub refunds: AtomicU64,
     /// Holds placed, captured or voided.
     pub holds: AtomicU64,
@@ -64,6 +65,7 @@ enum Request {
     Credit(pb::CreditRequest),
     Charge(pb::ChargeRequest),
     Transfer(pb::TransferRequest),
+    Post(pb::PostRequest),
     Refund(pb::RefundRequest),
     PlaceHold(pb::PlaceHoldRequest),
     CaptureHold(pb::CaptureHoldRequest),
@@ -73,10 +75,11 @@ enum Request {
 impl Counters {
     pub fn summary(&self) -> String {
         format!(
-            "{} operations ({} transfers, {} refunds, {} hold placements and resolutions; {} sent \
+            "{} operations ({} transfers, {} posts, {} refunds, {} hold placements and resolutions; {} sent \
              to several instances at once, {} declined), {} client retries",
             self.ops.load(Ordering::Relaxed),
             self.transfers.load(Ordering::Relaxed),
+            self.posts.load(Ordering::Relaxed),
             self.refunds.load(Ordering::Relaxed),
             self.holds.load(Ordering::Relaxed),
             self.duplicated_ops.load(Ordering::Relaxed),
@@ -180,6 +183,7 @@ async fn client(
         }
         let kind = match request {
             Request::Transfer(_) => Some(&counters.transfers),
+            Request::Post(_) => Some(&counters.posts),
             Request::Refund(_) => Some(&counters.refunds),
             Request::PlaceHold(_) | Request::CaptureHold(_) | Request::VoidHold(_) => {
                 Some(&counters.holds)
@@ -195,8 +199,9 @@ async fn client(
     finals
 }
 
-/// The next operation: mostly credits, charges and transfers; refunds of the
-/// client's own charges; holds, and the capture or void of one still held.
+/// The next operation: mostly credits, charges, transfers and posts of 1 to 5
+/// legs; refunds of the client's own charges; holds, and the capture or void of
+/// one still held.
 fn next_request(rng: &mut StdRng, key: &str, accounts: &[u64], memory: &mut Memory) -> Request {
     let account = accounts[rng.random_range(0..accounts.len())];
     let amount = rng.random_range(1..=400_i64);
@@ -204,11 +209,19 @@ fn next_request(rng: &mut StdRng, key: &str, accounts: &[u64], memory: &mut Memo
     match rng.random_range(0..100) {
         0..22 => Request::Credit(support::credit(key, account, amount)),
         22..54 => Request::Charge(support::charge(key, account, amount)),
-        54..72 => {
-            let to = accounts[(accounts.iter().position(|a| *a == account).unwrap_or(0)
-                + rng.random_range(1..accounts.len()))
-                % accounts.len()];
+        54..66 => {
+            let to = other_than(rng, accounts, account);
             Request::Transfer(support::transfer(key, account, to, amount))
+        }
+        66..72 => {
+            let legs = (0..rng.random_range(1..=5))
+                .map(|_| {
+                    let from = accounts[rng.random_range(0..accounts.len())];
+                    let to = other_than(rng, accounts, from);
+                    support::leg(from, to, rng.random_range(1..=400_i64))
+                })
+                .collect();
+            Request::Post(support::post(key, legs))
         }
         72..80 if !memory.refundable.is_empty() => {
             let i = rng.random_range(0..memory.refundable.len());
@@ -237,6 +250,12 @@ fn next_request(rng: &mut StdRng, key: &str, accounts: &[u64], memory: &mut Memo
             Duration::from_secs(3600),
         )),
     }
+}
+
+/// An account other than `account`.
+fn other_than(rng: &mut StdRng, accounts: &[u64], account: u64) -> u64 {
+    let at = accounts.iter().position(|a| *a == account).unwrap_or(0);
+    accounts[(at + rng.random_range(1..accounts.len())) % accounts.len()]
 }
 
 fn remember(memory: &mut Memory, request: &Request, answer: &Final) {
@@ -341,6 +360,19 @@ async fn send(channel: Channel, request: &Request) -> Result<Final, tonic::Statu
             assert_eq!((out.account, out.delta), (r.from_account_id, -r.amount));
             assert_eq!((into.account, into.delta), (r.to_account_id, r.amount));
             Final::Posted(vec![out, into])
+        }
+        Request::Post(r) => {
+            let reply = client.post(timed(r.clone())).await?.into_inner();
+            assert_eq!(reply.entries.len(), 2 * r.legs.len(), "two entries per leg");
+            let entries: Vec<Posted> = reply.entries.into_iter().map(|e| posted(Some(e))).collect();
+            for (leg, pair) in r.legs.iter().zip(entries.chunks(2)) {
+                let [out, into] = pair else {
+                    unreachable!("chunks of two")
+                };
+                assert_eq!((out.account, out.delta), (leg.from_account_id, -leg.amount));
+                assert_eq!((into.account, into.delta), (leg.to_account_id, leg.amount));
+            }
+            Final::Posted(entries)
         }
         Request::Refund(r) => {
             let e = posted(client.refund(timed(r.clone())).await?.into_inner().entry);
