@@ -75,6 +75,8 @@ scenario "unique at concurrency 256" 256 "$accounts" --scenario unique >>"$resul
 scenario "transfer, $accounts accounts" "$conc" "$accounts" --scenario transfer >>"$results"
 scenario "hot-merchant, $accounts payers" "$conc" "$accounts" --scenario hot-merchant >>"$results"
 scenario "hold-capture, $accounts accounts" "$conc" "$accounts" --scenario hold-capture >>"$results"
+scenario "post, $accounts buyers" "$conc" "$accounts" --scenario post >>"$results"
+scenario "post-256, $accounts accounts" "$conc" "$accounts" --scenario post-256 >>"$results"
 
 ceilings=$work/ceilings.json
 echo '{}' >"$ceilings"
@@ -113,11 +115,15 @@ for k, v in sorted(ceil.items()):
 print()
 print(f"{'scenario':<28} {'calls/s':>8} {'x full-tx':>9} {'x seed-min':>10} {'p50 ms':>7} {'p99 ms':>7} {'peak RSS':>9} {'CPU ms/call: svc':>16} {'db':>5} {'gen':>5}  errors")
 unique = next(r["calls_per_second"] for r in results if r["name"].startswith("unique,"))
+rate = lambda prefix: next(r["calls_per_second"] for r in results if r["name"].startswith(prefix))
 for r in results:
     hot = "1 hot" in r["name"]
     a = "1" if hot else accounts
     relative = ("replay", "hot-merchant", "unique, 1 hot")
     note = f"  ({r['calls_per_second'] / unique:.2f}x unique)" if r["name"].startswith(relative) else ""
+    if r["name"].startswith("post,"):
+        note = (f"  ({r['calls_per_second'] / rate('hot-merchant'):.2f}x hot-merchant, "
+                f"{r['calls_per_second'] / rate('transfer'):.2f}x transfer)")
     print(f"{r['name']:<28} {r['calls_per_second']:>8.0f} {ratio(r['calls_per_second'], f'full-transaction/{a}'):>9} "
           f"{ratio(r['calls_per_second'], f'seed-minimal/{a}'):>10} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
           f"{r['peak_rss_mib']:>6.1f} MiB {r['cpu_ms_per_call']:>16.3f} {r['db_cpu_ms_per_call']:>5.3f} {r['gen_cpu_ms_per_call']:>5.3f}  {r['errors'] or ''}{note}")

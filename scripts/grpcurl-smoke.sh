@@ -110,6 +110,16 @@ expect "ListEntries, page 2" '"kind": "ENTRY_KIND_TRANSFER_OUT"' \
   $G -d "{\"account_id\":1,\"page_size\":2,\"page_token\":\"$token\"}" "$ADDR" ledger.v1.Ledger/ListEntries
 expect "ListEntries, a forged token" '"reason":"INVALID_PAGE_TOKEN"' \
   $G -d '{"account_id":1,"page_size":2,"page_token":"forged"}' "$ADDR" ledger.v1.Ledger/ListEntries
+# A post: two legs, the second spending what the first brought in; then one whose
+# second leg is declined, which applies nothing and names the leg.
+expect "OpenAccount (third)" '"accountId": "3"' \
+  $G -d '{"idempotency_key":"open-3","currency":"USD"}' "$ADDR" ledger.v1.Ledger/OpenAccount
+expect "Post" '"leg": 1' \
+  $G -d '{"idempotency_key":"sale-1","description":"sale","legs":[{"from_account_id":2,"to_account_id":3,"amount":10,"currency":"USD"},{"from_account_id":3,"to_account_id":1,"amount":4,"currency":"USD"}]}' \
+  "$ADDR" ledger.v1.Ledger/Post
+expect "a post with a declined leg" '"leg":"1"' \
+  $G -d '{"idempotency_key":"sale-2","legs":[{"from_account_id":2,"to_account_id":3,"amount":1,"currency":"USD"},{"from_account_id":3,"to_account_id":1,"amount":1000,"currency":"USD"}]}' \
+  "$ADDR" ledger.v1.Ledger/Post
 expect "LookupKey" '"method": "/ledger.v1.Ledger/Charge"' \
   $G -d '{"idempotency_key":"req-42"}' "$ADDR" ledger.v1.Ledger/LookupKey
 expect "LookupKey of an unused key" '"reason":"KEY_NOT_FOUND"' \

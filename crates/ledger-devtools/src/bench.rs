@@ -11,7 +11,11 @@
 //! - `transfer`: Transfers between random pairs of accounts;
 //! - `hot-merchant`: every account pays the first one (a merchant every customer
 //!   pays: one hot account receiving every transfer);
-//! - `hold-capture`: a PlaceHold, then its CaptureHold (each call counted).
+//! - `hold-capture`: a PlaceHold, then its CaptureHold (each call counted);
+//! - `post`: a 3-leg marketplace sale, a buyer paying the merchant (the first
+//!   account) and the platform's fee account (the second), and the merchant paying
+//!   the platform: two hot accounts in every call;
+//! - `post-256`: Posts of 256 legs between random accounts.
 //!
 //! Accounts are opened and funded with fixed keys, so a second run replays its
 //! set-up instead of repeating it. With `--database-url`, the run ends with a
@@ -47,6 +51,9 @@ pub enum Scenario {
     Transfer,
     HotMerchant,
     HoldCapture,
+    Post,
+    #[value(name = "post-256")]
+    Post256,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -89,7 +96,19 @@ enum Op {
     /// To this account.
     Transfer(u64),
     HoldCapture,
+    /// The marketplace sale: from the buyer, to the merchant and the platform.
+    Sale {
+        merchant: u64,
+        platform: u64,
+    },
+    /// Legs between random accounts.
+    Post {
+        legs: usize,
+    },
 }
+
+/// Legs of a `post-256` call.
+const LEGS_OF_A_BIG_POST: usize = 256;
 
 /// What the workers saw, merged.
 #[derive(Debug)]
@@ -348,6 +367,13 @@ async fn worker(
         let (op, copies) = choose(&plan)?;
         let account = match op {
             Op::Transfer(to) => pick_other(&plan.accounts, to)?,
+            Op::Sale { merchant, platform } => {
+                let mut buyer = pick_other(&plan.accounts, merchant)?;
+                while buyer == platform {
+                    buyer = pick_other(&plan.accounts, merchant)?;
+                }
+                buyer
+            }
             _ => pick(&plan.accounts)?,
         };
         let amount = 1 + rand::random_range(0..100_i64);
@@ -393,6 +419,22 @@ fn choose(plan: &Plan) -> anyhow::Result<(Op, u64)> {
             (Op::Transfer(merchant), 1)
         }
         Scenario::HoldCapture => (Op::HoldCapture, 1),
+        Scenario::Post => match plan.accounts.as_slice() {
+            [merchant, platform, _, ..] => (
+                Op::Sale {
+                    merchant: *merchant,
+                    platform: *platform,
+                },
+                1,
+            ),
+            _ => anyhow::bail!("the post scenario needs at least three accounts"),
+        },
+        Scenario::Post256 => (
+            Op::Post {
+                legs: LEGS_OF_A_BIG_POST,
+            },
+            1,
+        ),
     })
 }
 
@@ -487,7 +529,62 @@ async fn one_op(
             )]
         }
         Op::HoldCapture => hold_then_capture(client, key, account, amount).await,
+        Op::Sale { merchant, platform } => {
+            let legs = [
+                (account, merchant, amount),
+                (account, platform, 3),
+                (merchant, platform, 1),
+            ];
+            vec![post(client, key, &legs).await]
+        }
+        Op::Post { legs } => {
+            let mut chosen = Vec::with_capacity(legs);
+            for _ in 0..legs {
+                let Ok(from) = pick(&plan.accounts) else {
+                    break;
+                };
+                let Ok(to) = pick_other(&plan.accounts, from) else {
+                    break;
+                };
+                chosen.push((from, to, 1 + rand::random_range(0..100_i64)));
+            }
+            vec![post(client, key, &chosen).await]
+        }
     }
+}
+
+/// One Post of `legs` (from, to, amount), timed.
+async fn post(
+    mut client: LedgerClient<Channel>,
+    key: &str,
+    legs: &[(u64, u64, i64)],
+) -> (Answer, Duration) {
+    let started = Instant::now();
+    let request = pb::PostRequest {
+        idempotency_key: key.to_owned(),
+        legs: legs
+            .iter()
+            .map(|&(from, to, amount)| pb::Leg {
+                from_account_id: from,
+                to_account_id: to,
+                amount,
+                currency: "USD".into(),
+                description: String::new(),
+            })
+            .collect(),
+        description: String::new(),
+    };
+    let entries = legs
+        .iter()
+        .flat_map(|&(from, to, amount)| [(from, -amount), (to, amount)])
+        .collect();
+    let answer = client.post(request).await;
+    (
+        answer
+            .map(|_| Some((key.to_owned(), entries)))
+            .map_err(|s| s.code()),
+        started.elapsed(),
+    )
 }
 
 async fn hold_then_capture(
