@@ -35,7 +35,7 @@ use bytes::Bytes;
 use ledger::proto::pb;
 use support::{
     Config, Gate, LedgerProcess, TestApp, TestDb, assert_audit_passes, assert_one_did_the_work,
-    at_once, charge, credit, free_port, raw_call, replayed, scrape,
+    at_once, charge, credit, free_port, leg, post, raw_call, replayed, scrape,
 };
 use tonic::Code;
 use tonic::metadata::MetadataMap;
@@ -220,8 +220,17 @@ async fn settle(
     channel: Channel,
     request: pb::ChargeRequest,
 ) -> Result<(MetadataMap, Bytes), tonic::Status> {
+    settle_call(channel, "Charge", request).await
+}
+
+/// Sends a call of `method` until it gets a final answer, as `settle` does.
+async fn settle_call<M: prost::Message + Clone + 'static>(
+    channel: Channel,
+    method: &'static str,
+    request: M,
+) -> Result<(MetadataMap, Bytes), tonic::Status> {
     loop {
-        match raw_call(channel.clone(), "Charge", request.clone()).await {
+        match raw_call(channel.clone(), method, request.clone()).await {
             Err(s) if matches!(s.code(), Code::Aborted | Code::Unavailable) => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -456,6 +465,65 @@ async fn storms_across_three_nodes_charge_once_per_key() {
             .await,
         11
     );
+}
+
+/// Posts through instances on all three nodes: a post's accounts are locked once,
+/// ascending, on whichever node it reaches, and a conflict at certification
+/// retries it whole, so 48 identical posts apply once and 150 random ones over
+/// five accounts conserve money with every journal sound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn posts_across_three_nodes_apply_once_and_conserve_money() {
+    let db = cluster_db();
+    let apps = instances(&db, |_| Config::default()).await;
+    let mut accounts = Vec::new();
+    for _ in 0..5 {
+        accounts.push(apps[0].funded_account("USD", 100_000).await);
+    }
+    let channels = channels(&apps).await;
+
+    let sale = post(
+        "sale",
+        vec![
+            leg(accounts[0], accounts[1], 90),
+            leg(accounts[0], accounts[2], 10),
+        ],
+    );
+    let calls = at_once(48, &channels, |_, channel| {
+        settle_call(channel, "Post", sale.clone())
+    });
+    let mut replies = Vec::new();
+    for call in calls {
+        replies.push(call.await.unwrap().unwrap());
+    }
+    assert_one_did_the_work(&replies, "48 identical posts");
+    assert_eq!(db.entries_for_key("sale").await, 4);
+
+    let calls = at_once(150, &channels, |n, channel| {
+        let legs = (0..=n % 4)
+            .map(|l| {
+                let from = (n + l) % 5;
+                let to = (from + 1 + (n * 7 + l) % 4) % 5;
+                leg(
+                    accounts[from],
+                    accounts[to],
+                    1 + i64::try_from(n % 50).unwrap(),
+                )
+            })
+            .collect();
+        settle_call(channel, "Post", post(&format!("p{n}"), legs))
+    });
+    for call in calls {
+        call.await.unwrap().expect("every post is applied");
+    }
+    let mut total = 0;
+    for account in &accounts {
+        total += db.balance(*account).await;
+    }
+    assert_eq!(total, 5 * 100_000, "money is conserved");
+    for node in nodes() {
+        assert_audit_passes(&db.url_on(&node)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
