@@ -25,6 +25,36 @@ async fn probe_twice(conn: &mut AsyncMysqlConnection) -> (usize, usize) {
     (new, duplicate)
 }
 
+/// The same probes with the key named twice in one statement, as the service's
+/// probes name it: the repeated row adds nothing unless found rows are counted.
+async fn probe_doubled_twice(conn: &mut AsyncMysqlConnection) -> (usize, usize) {
+    conn.batch_execute("CREATE TEMPORARY TABLE trap (k INT PRIMARY KEY, v INT NOT NULL)")
+        .await
+        .unwrap();
+    let probe = || {
+        diesel::sql_query("INSERT INTO trap VALUES (1, 0), (1, 0) ON DUPLICATE KEY UPDATE v = v")
+    };
+    let new = probe().execute(conn).await.unwrap();
+    let duplicate = probe().execute(conn).await.unwrap();
+    conn.batch_execute("DROP TEMPORARY TABLE trap")
+        .await
+        .unwrap();
+    (new, duplicate)
+}
+
+/// A probe that names its key twice tells a found-rows connection apart on every
+/// statement: 2 for a new key and a duplicate alike, which the service refuses
+/// (it reads only 1 or 0), where the service's connections report 1 and 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_doubled_probe_betrays_a_found_rows_connection() {
+    let db = TestDb::new();
+    let _app = TestApp::spawn(&db).await;
+    let mut found_rows = AsyncMysqlConnection::establish(&db.url).await.unwrap();
+    assert_eq!(probe_doubled_twice(&mut found_rows).await, (2, 2));
+    let mut conn = connection::connect(&db.url).await.unwrap();
+    assert_eq!(probe_doubled_twice(&mut conn).await, (1, 0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn diesel_async_establish_reports_found_rows_and_is_refused() {
     let db = TestDb::new();

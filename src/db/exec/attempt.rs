@@ -149,7 +149,7 @@ async fn claim(tx: &mut Tx<'_>, calls: &[Calling<'_>]) -> Result<Vec<Found>, Fai
     keys.sort_by(|a, b| {
         (a.0.namespace.as_str(), a.0.key.as_str()).cmp(&(b.0.namespace.as_str(), b.0.key.as_str()))
     });
-    if idempotency::probe_all(tx, &keys).await? == keys.len() {
+    if idempotency::probe_all(tx, &keys).await? {
         return Ok(calls.iter().map(|_| Found::New).collect());
     }
     let keys: Vec<&ScopedKey> = keys.iter().map(|k| k.0).collect();

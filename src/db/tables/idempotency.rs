@@ -28,6 +28,12 @@ pub(crate) enum Claim {
 /// SPEC 3.2 step 3. Affected rows are 1 for a new key and 0 for a duplicate, which
 /// only holds on connections without `CLIENT_FOUND_ROWS` (see `pool`). A duplicate
 /// whose row is still uncommitted blocks here until its transaction ends.
+///
+/// The statement names the key twice: the second row is always a duplicate of
+/// the first, unchanged, which adds nothing to the affected rows unless the
+/// connection counts found rows. On such a connection the probe reports 2 for a
+/// new key and for a duplicate alike, and is refused, so the trap cannot turn a
+/// retry into a second charge even past the self-check.
 pub(crate) async fn probe(
     tx: &mut Tx<'_>,
     key: &ScopedKey,
@@ -40,13 +46,17 @@ pub(crate) async fn probe(
         method: method.code(),
         fingerprint: fingerprint.as_bytes().as_slice(),
     };
-    match tx.execute(Step::Probe, probe).await? {
+    claim_of(tx.execute(Step::Probe, probe).await?).map_err(Failure::from)
+}
+
+/// What the probe's affected rows say (SPEC 3.2 step 3: never guess).
+fn claim_of(affected: usize) -> Result<Claim, Error> {
+    match affected {
         1 => Ok(Claim::New),
         0 => Ok(Claim::Duplicate),
         n => Err(Error::internal(format!(
             "the probe affected {n} rows; only 1 (new) or 0 (duplicate) are meaningful"
-        ))
-        .into()),
+        ))),
     }
 }
 
@@ -75,6 +85,15 @@ impl QueryFragment<Mysql> for Probe<'_> {
         out.push_sql(", ");
         out.push_bind_param::<Binary, _>(&self.fingerprint)?;
         // The database's clock, which retention compares key ages with.
+        out.push_sql(", UTC_TIMESTAMP(6)), (");
+        // The same key again: see `probe`.
+        out.push_bind_param::<Varbinary, _>(&self.namespace)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Varbinary, _>(&self.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Unsigned<TinyInt>, _>(&self.method)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Binary, _>(&self.fingerprint)?;
         out.push_sql(
             ", UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key",
         );
@@ -218,15 +237,25 @@ impl BatchKeyRow {
 }
 
 /// The probe of a batch's keys, sorted so two batches claim shared keys in one
-/// order; returns how many rows it inserted. Its affected rows cannot tell which
-/// keys are new when some are duplicates (the locking read after it does:
+/// order: whether it inserted a row for every key. Its affected rows cannot tell
+/// which keys are new when some are duplicates (the locking read after it does:
 /// [`lock_claimed`]), but when it inserted as many rows as there are distinct keys,
 /// every key is new.
+///
+/// The rows always repeat a key at least once (padded past the keys' count), and
+/// a repeated row adds nothing to the affected rows unless the connection counts
+/// found rows: there it makes the total exceed the keys, which is refused rather
+/// than read as "all new".
 pub(crate) async fn probe_all(
     tx: &mut Tx<'_>,
     keys: &[(&ScopedKey, Method, &Fingerprint)],
-) -> Result<usize, Failure> {
-    let keys = crate::db::conn::sql::padded(keys);
+) -> Result<bool, Failure> {
+    let distinct = keys.len();
+    let mut keys = keys.to_vec();
+    if let Some(last) = keys.last().copied() {
+        keys.push(last);
+    }
+    let keys = crate::db::conn::sql::padded(&keys);
     let rows = vec!["(?, ?, ?, ?, UTC_TIMESTAMP(6))"; keys.len()].join(", ");
     let mut sql = Sql::new(format!(
         "INSERT INTO idempotency_keys \
@@ -240,7 +269,20 @@ pub(crate) async fn probe_all(
             .bind(Bind::U64(u64::from(method.code())))
             .bind(Bind::Bytes(fingerprint.as_bytes().as_slice()));
     }
-    tx.execute(Step::Probe, sql).await
+    all_new(tx.execute(Step::Probe, sql).await?, distinct).map_err(Failure::from)
+}
+
+/// Whether a batch probe that inserted `inserted` rows for `keys` distinct keys
+/// (with at least one repeated) claimed every key. More rows than keys can only
+/// be a connection counting found rows: never guessed at.
+fn all_new(inserted: usize, keys: usize) -> Result<bool, Error> {
+    if inserted > keys {
+        return Err(Error::internal(format!(
+            "the batch probe affected {inserted} rows for {keys} keys: the connection counts \
+             found rows"
+        )));
+    }
+    Ok(inserted == keys)
 }
 
 /// The batch's key rows, locked. After [`probe_all`], a row without an outcome is
@@ -263,4 +305,26 @@ pub(crate) async fn lock_claimed(
             .bind(Bind::Bytes(key.key.as_str().as_bytes()));
     }
     tx.load(Step::ReadKey, sql).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_reads_its_affected_rows_and_guesses_at_nothing_else() {
+        assert!(matches!(claim_of(1), Ok(Claim::New)));
+        assert!(matches!(claim_of(0), Ok(Claim::Duplicate)));
+        // A connection counting found rows reports 2 for the doubled key.
+        assert!(claim_of(2).is_err());
+    }
+
+    /// Four keys, one a duplicate: with found rows counted, 3 inserted + 1 found
+    /// + the repeated row found = 5, which betrays the connection; without, 3.
+    #[test]
+    fn a_batch_probe_inflated_by_found_rows_is_refused() {
+        assert!(matches!(all_new(4, 4), Ok(true)));
+        assert!(matches!(all_new(3, 4), Ok(false)));
+        assert!(all_new(5, 4).is_err());
+    }
 }
