@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use ledger::proto::pb;
+use mysql_async::prelude::Queryable as _;
 use tonic::Code;
 
 use crate::support::{
@@ -365,4 +366,75 @@ async fn hold_requests_are_checked_and_declines_stored() {
         .await
         .unwrap_err();
     assert_eq!(reason(&nowhere), "ACCOUNT_NOT_FOUND");
+}
+
+/// One clock: a hold placed through an instance whose `--session-init` moves the
+/// session's time zone still lives exactly its ttl, in UTC, as every instance
+/// sees it: its capture is refused from the instant every instance shows it
+/// expired, and not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_lives_its_ttl_by_one_clock_whatever_the_session_time_zone() {
+    let db = TestDb::new();
+    let shifted = TestApp::spawn_with(
+        &db,
+        Config {
+            session_init: Some("SET time_zone = '+05:00'".into()),
+            ..Config::default()
+        },
+    )
+    .await;
+    let plain = TestApp::spawn(&db).await;
+    let id = plain.funded_account("USD", 100).await;
+    let (mut through_shifted, mut through_plain) = (shifted.client().await, plain.client().await);
+
+    let ttl = Duration::from_secs(2);
+    let placed = through_shifted
+        .place_hold(place_hold("tz-hold", id, 40, ttl))
+        .await
+        .unwrap()
+        .into_inner()
+        .hold
+        .unwrap();
+    let (created, expires) = (placed.created_at.unwrap(), placed.expires_at.unwrap());
+    assert_eq!(
+        expires.seconds - created.seconds,
+        2,
+        "{created:?} {expires:?}"
+    );
+    assert_eq!(expires.nanos, created.nanos);
+    // The database's own instant, in seconds since the epoch (no time zone).
+    let now: i64 = db
+        .sql()
+        .await
+        .query_first("SELECT UNIX_TIMESTAMP()")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        (now - created.seconds).abs() <= 5,
+        "placed at {now}, recorded as {}",
+        created.seconds
+    );
+
+    for client in [&mut through_shifted, &mut through_plain] {
+        assert_eq!(
+            hold(client, placed.hold_id).await.state(),
+            pb::HoldState::Held
+        );
+    }
+    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    for (i, client) in [&mut through_shifted, &mut through_plain]
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(
+            hold(client, placed.hold_id).await.state(),
+            pb::HoldState::Expired
+        );
+        let refused = client
+            .capture_hold(capture(&format!("tz-capture-{i}"), placed.hold_id, 1))
+            .await
+            .unwrap_err();
+        assert_eq!(reason(&refused), "HOLD_EXPIRED");
+    }
 }

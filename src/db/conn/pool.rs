@@ -269,7 +269,11 @@ pub async fn open(url: &str, setup: &Setup) -> Result<(Conn, bool), ConnectionEr
             .await
             .map_err(setup_failed)?;
         if let Some(init) = &setup.init {
-            conn.batch_execute(init).await.map_err(setup_failed)?;
+            // The service's clock is UTC whatever the operator's statements set:
+            // decisions read SYSDATE(6), which follows the session's time zone,
+            // and every other instant the service reads or writes is UTC.
+            let init = format!("{init}; SET SESSION time_zone = '+00:00'");
+            conn.batch_execute(&init).await.map_err(setup_failed)?;
         }
         let multi_primary = self_check::check(&mut conn, setup.expect, engine)
             .await
