@@ -7,8 +7,10 @@
 //! state (SPEC 3.6):
 //!
 //! - `Running`: no COMMIT of this call can have taken effect. The handler may give
-//!   up (`Running -> Abandoned`) and say that nothing was recorded; the task may
-//!   then no longer commit.
+//!   up (`Running -> Abandoned`); the task may then no longer commit. It says that
+//!   nothing was recorded only if this call's own probe found the key free
+//!   (`claimed`): before that, an earlier call under the key (the one this call
+//!   retries) may have committed, and the answer says the outcome is not known.
 //! - `Committing`: a COMMIT is in flight. The handler waits for it (up to the
 //!   caller's own deadline).
 //! - `Uncertain`: a COMMIT was sent and its answer lost. The task settles it through
@@ -17,7 +19,7 @@
 //!   (`Uncertain -> AbandonedUncertain`) says the outcome is not known.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -54,6 +56,9 @@ struct Inner {
     /// When the caller itself stops waiting (a little after `deadline`).
     caller_deadline: Option<Instant>,
     state: AtomicU8,
+    /// This call's probe found the key free: no call under the key had committed,
+    /// so what this call did not commit, nobody did.
+    claimed: AtomicBool,
     /// Fired when the call is abandoned, to wake anything waiting on the caller.
     abandoned: CancellationToken,
 }
@@ -74,6 +79,7 @@ impl Call {
                 deadline,
                 caller_deadline,
                 state: AtomicU8::new(RUNNING),
+                claimed: AtomicBool::new(false),
                 abandoned: CancellationToken::new(),
             }),
         }
@@ -106,11 +112,13 @@ impl Call {
             .is_ok()
     }
 
-    /// What is known of what committed under the call's key.
+    /// What is known of what committed under the call's key (SPEC 3.6): nothing,
+    /// only once this call's own probe found the key free and no COMMIT of its
+    /// since may have taken effect.
     pub fn recorded(&self) -> Recorded {
         match self.state() {
-            COMMITTING | UNCERTAIN | ABANDONED_UNCERTAIN => Recorded::Unknown,
-            _ => Recorded::Nothing,
+            RUNNING | ABANDONED if self.inner.claimed.load(Ordering::Acquire) => Recorded::Nothing,
+            _ => Recorded::Unknown,
         }
     }
 
@@ -148,21 +156,28 @@ impl Call {
         self.moved(COMMITTING, UNCERTAIN);
     }
 
-    /// The key was found free after an unknown COMMIT: nothing had committed.
+    /// This call's probe found the key free: nothing had committed under it,
+    /// whatever an earlier attempt's lost COMMIT did.
     pub fn settled_nothing(&self) {
+        self.inner.claimed.store(true, Ordering::Release);
         self.moved(UNCERTAIN, RUNNING);
     }
 
     /// Gives up on the call, saying what the answer may promise.
     pub fn abandon(&self) -> Abandoned {
+        let claimed = self.inner.claimed.load(Ordering::Acquire);
         let outcome = if self.moved(RUNNING, ABANDONED) {
-            Abandoned::Nothing
+            if claimed {
+                Abandoned::Nothing
+            } else {
+                Abandoned::Unknown
+            }
         } else if self.moved(UNCERTAIN, ABANDONED_UNCERTAIN) {
             Abandoned::Unknown
         } else {
             match self.state() {
-                ABANDONED => Abandoned::Nothing,
-                ABANDONED_UNCERTAIN => Abandoned::Unknown,
+                ABANDONED if claimed => Abandoned::Nothing,
+                ABANDONED | ABANDONED_UNCERTAIN => Abandoned::Unknown,
                 _ => Abandoned::CommitInFlight,
             }
         };
@@ -227,16 +242,34 @@ mod tests {
         assert_eq!(past.lock_wait_secs(bound), 1);
     }
 
+    /// A call whose probe claimed its key.
+    fn claimed() -> Call {
+        let call = Call::unbounded();
+        call.settled_nothing();
+        call
+    }
+
     #[tokio::test]
     async fn abandoning_first_forbids_the_commit() {
-        let call = Call::unbounded();
+        let call = claimed();
         assert_eq!(call.abandon(), Abandoned::Nothing);
         assert!(matches!(call.begin_commit(), Err(Error::Cancelled)));
     }
 
+    /// Before its probe found the key free, an earlier call under the key may
+    /// have committed: nothing is promised.
+    #[tokio::test]
+    async fn a_call_that_never_claimed_its_key_promises_nothing() {
+        let call = Call::unbounded();
+        assert_eq!(call.recorded(), Recorded::Unknown);
+        assert_eq!(call.abandon(), Abandoned::Unknown);
+        assert!(matches!(call.begin_commit(), Err(Error::Cancelled)));
+        assert_eq!(claimed().recorded(), Recorded::Nothing);
+    }
+
     #[tokio::test]
     async fn committing_first_forbids_abandoning() {
-        let call = Call::unbounded();
+        let call = claimed();
         assert!(call.begin_commit().is_ok());
         assert_eq!(call.abandon(), Abandoned::CommitInFlight);
         call.end_commit();

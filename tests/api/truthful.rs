@@ -378,3 +378,52 @@ async fn calls_past_the_limit_are_refused_not_queued() {
         call.await.unwrap().expect("the calls taken are served");
     }
 }
+
+/// A retry of a key that committed, waiting behind other calls on its account
+/// (queued for the account's group-commit writer, which waits on the account's
+/// row lock) until its deadline passes, is not told that nothing was recorded:
+/// it never reached the key's row, and the key had committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_that_never_reached_its_key_promises_nothing() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let account = app.funded_account("USD", 100).await;
+    let mut client = app.client().await;
+    client.charge(charge("k", account, 10)).await.unwrap();
+
+    // Two new charges wait on the account, held by an outside transaction.
+    let mut holder = db.lock_account(account).await;
+    let parked: Vec<_> = ["new-1", "new-2"]
+        .into_iter()
+        .map(|key| {
+            let mut client = client.clone();
+            tokio::spawn(async move { client.charge(charge(key, account, 1)).await })
+        })
+        .collect();
+    db.until_waiting_on("accounts", 1).await;
+    app.until_queued(1).await;
+
+    let retry = client
+        .charge(with_deadline(
+            charge("k", account, 10),
+            Duration::from_millis(300),
+        ))
+        .await;
+    let status = retry.expect_err("the retry waits behind the parked calls");
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(!status.message().contains(NOTHING), "{}", status.message());
+    assert!(
+        status.message().contains("not known"),
+        "{}",
+        status.message()
+    );
+    // A second retry while the first still waits in the queue goes to the
+    // database alone, where the key's row answers at once.
+    let again = client.charge(charge("k", account, 10)).await.unwrap();
+    assert!(replayed(again.metadata()));
+    holder.query_drop("ROLLBACK").await.unwrap();
+    for call in parked {
+        call.await.unwrap().unwrap();
+    }
+    assert_eq!(db.balance(account).await, 88);
+}
