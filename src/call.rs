@@ -18,10 +18,11 @@
 //!   `Running`, and the work is done again). A handler that gives up now
 //!   (`Uncertain -> AbandonedUncertain`) says the outcome is not known.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -61,6 +62,10 @@ struct Inner {
     claimed: AtomicBool,
     /// Fired when the call is abandoned, to wake anything waiting on the caller.
     abandoned: CancellationToken,
+    /// The call's place under the server's limit of concurrent calls, held for as
+    /// long as any part of the call lives: a handler that gave up leaves its work
+    /// queued for a writer, which counts until it is dropped.
+    place: OnceLock<OwnedSemaphorePermit>,
 }
 
 impl Call {
@@ -81,8 +86,15 @@ impl Call {
                 state: AtomicU8::new(RUNNING),
                 claimed: AtomicBool::new(false),
                 abandoned: CancellationToken::new(),
+                place: OnceLock::new(),
             }),
         }
+    }
+
+    /// Keeps `permit` until the call's handler and its work have both ended.
+    pub fn hold_place(&self, permit: OwnedSemaphorePermit) {
+        // A call is admitted once; a second permit would go back at once.
+        let _ = self.inner.place.set(permit);
     }
 
     /// A call without a deadline, for work that is not driven by a caller.

@@ -36,12 +36,11 @@ pub struct LedgerService {
     limit: usize,
 }
 
-/// One call being served: the caller, its deadline, and its place under the
-/// concurrency limit.
+/// One call being served: the caller, and its deadline and place under the
+/// concurrency limit (the call holds it).
 struct Serving {
     client: Client,
     call: Call,
-    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl LedgerService {
@@ -75,11 +74,9 @@ impl LedgerService {
             .clone()
             .try_acquire_owned()
             .map_err(|_| Error::Overloaded { limit: self.limit })?;
-        Ok(Serving {
-            client,
-            call: deadline::call_for(request),
-            _permit: permit,
-        })
+        let call = deadline::call_for(request);
+        call.hold_place(permit);
+        Ok(Serving { client, call })
     }
 
     /// Parses, runs and renders one keyed call of operation `O`.

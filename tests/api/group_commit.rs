@@ -391,3 +391,68 @@ async fn a_lost_batch_commit_is_settled_key_by_key() {
     }
     assert_eq!(db.balance(account).await, 70);
 }
+
+/// A call queued for a writer keeps its place under `--max-concurrent-calls` until
+/// it leaves the queue, also after its caller gave up: behind a stalled writer,
+/// short-deadline callers fill the limit and the rest are refused at once, so the
+/// queue never grows past it. Once the writer moves, the abandoned calls are
+/// dropped untouched and their places come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_writer_queues_no_more_calls_than_the_limit() {
+    let db = TestDb::new();
+    let limit = 4;
+    let app = TestApp::spawn_with(
+        &db,
+        Config {
+            max_concurrent_calls: Some(limit),
+            ..one_writer()
+        },
+    )
+    .await;
+    let account = app.funded_account("USD", 1_000).await;
+    let mut holder = app.busy_writer(&db).await;
+    let mut client = app.client().await;
+
+    let mut refused = 0;
+    for i in 0..40 {
+        let status = client
+            .charge(with_deadline(
+                charge(&format!("short-{i}"), account, 1),
+                Duration::from_millis(50),
+            ))
+            .await
+            .unwrap_err();
+        match status.code() {
+            Code::DeadlineExceeded => {}
+            Code::ResourceExhausted => refused += 1,
+            other => panic!("{other:?}: {status:?}"),
+        }
+        assert!(
+            app.persistence.waiting_calls() < limit,
+            "{} calls queued past a limit of {limit}",
+            app.persistence.waiting_calls()
+        );
+    }
+    // The busy call holds one place; three abandoned calls hold the others.
+    assert_eq!(refused, 40 - (limit - 1));
+
+    holder.query_drop("ROLLBACK").await.unwrap();
+    let served = async {
+        loop {
+            if let Ok(reply) = client.charge(charge("after", account, 1)).await {
+                return reply;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), served)
+        .await
+        .expect("places come back once the writer moves");
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM idempotency_keys WHERE idempotency_key LIKE 'short-%'")
+            .await,
+        0,
+        "the abandoned calls left nothing"
+    );
+    assert_eq!(db.balance(account).await, 999);
+}
