@@ -16,6 +16,11 @@ use crate::call::Call;
 const MIN_ANSWER_MARGIN: Duration = Duration::from_millis(10);
 const MAX_ANSWER_MARGIN: Duration = Duration::from_millis(250);
 
+/// How long before the caller's deadline a COMMIT still in flight stops being
+/// waited for: the answer (its outcome, or "not known") must reach the caller
+/// before its own timer, and tonic's, fire.
+const LAST_ANSWER: Duration = Duration::from_millis(5);
+
 /// gRPC allows at most 8 digits of timeout value.
 const MAX_DIGITS: usize = 8;
 
@@ -25,7 +30,11 @@ pub(super) fn call_for<T>(request: &tonic::Request<T>) -> Call {
         .get("grpc-timeout")
         .and_then(|v| v.to_str().ok())
         .and_then(parse_grpc_timeout);
-    Call::new(timeout.map(|t| Instant::now() + t.saturating_sub(answer_margin(t))))
+    let now = Instant::now();
+    Call::with_caller_deadline(
+        timeout.map(|t| now + t.saturating_sub(answer_margin(t))),
+        timeout.map(|t| now + t.saturating_sub(LAST_ANSWER)),
+    )
 }
 
 fn answer_margin(timeout: Duration) -> Duration {
@@ -66,6 +75,19 @@ mod tests {
             Some(Duration::from_micros(99_999_999))
         );
         assert_eq!(parse_grpc_timeout("7n"), Some(Duration::from_nanos(7)));
+    }
+
+    /// The service gives up a margin before the caller's deadline, but a COMMIT
+    /// in flight is waited for until just before it.
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_in_flight_is_waited_for_past_the_answer_margin() {
+        let mut request = tonic::Request::new(());
+        request.set_timeout(Duration::from_secs(1));
+        let call = call_for(&request);
+        let (deadline, caller) = (call.deadline().unwrap(), call.caller_deadline().unwrap());
+        let now = Instant::now();
+        assert_eq!(deadline, now + Duration::from_millis(950));
+        assert_eq!(caller, now + Duration::from_millis(995));
     }
 
     #[test]

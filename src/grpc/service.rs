@@ -338,3 +338,51 @@ macro_rules! ledger_service {
 }
 
 ops::operations!(ledger_service);
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::answer;
+    use crate::call::Call;
+    use crate::error::{Error, Recorded};
+
+    /// Work that claims its key, begins its COMMIT at 40 ms and has it answered
+    /// at `done`.
+    async fn committing(call: Call, done: Duration) -> Result<&'static str, Error> {
+        call.settled_nothing();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        call.begin_commit()?;
+        tokio::time::sleep(done.saturating_sub(Duration::from_millis(40))).await;
+        Ok("committed")
+    }
+
+    /// A COMMIT still in flight when the service's deadline passes is waited for
+    /// until the caller's own deadline: answered with its outcome when it comes
+    /// back in time, else as not known.
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_in_flight_at_the_deadline_is_waited_for() {
+        let now = Instant::now();
+        let deadlines = (
+            Some(now + Duration::from_millis(50)),
+            Some(now + Duration::from_millis(100)),
+        );
+        let call = Call::with_caller_deadline(deadlines.0, deadlines.1);
+        let done = answer(&call, committing(call.clone(), Duration::from_millis(80))).await;
+        assert!(matches!(done, Ok("committed")), "{done:?}");
+
+        let call = Call::with_caller_deadline(deadlines.0, deadlines.1);
+        let late = answer(&call, committing(call.clone(), Duration::from_millis(150))).await;
+        assert!(
+            matches!(
+                late,
+                Err(Error::DeadlineExceeded {
+                    recorded: Recorded::Unknown
+                })
+            ),
+            "{late:?}"
+        );
+    }
+}
