@@ -21,6 +21,12 @@ pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 const UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
 /// The suggested wait before retrying after conflicts outlasted internal retries.
 const CONFLICT_RETRY: Duration = Duration::from_millis(100);
+/// The most field violations one answer lists: a status travels in HTTP/2
+/// headers (its message and its encoded details), which a client refuses past
+/// its header-size limit (16 KiB by default), and a post of 256 invalid legs would
+/// list 256.
+const MAX_VIOLATIONS: usize = 16;
+
 /// The suggested wait before retrying a call refused for the server's load.
 const OVERLOAD_RETRY: Duration = Duration::from_millis(200);
 
@@ -128,10 +134,14 @@ fn reason(error: &Error) -> &'static str {
 fn message(error: &Error) -> String {
     match error {
         Error::InvalidRequest(violations) => {
-            let summary: Vec<String> = violations
+            let mut summary: Vec<String> = violations
                 .iter()
+                .take(MAX_VIOLATIONS)
                 .map(|v| format!("{} {}", v.field, v.description))
                 .collect();
+            if violations.len() > MAX_VIOLATIONS {
+                summary.push(format!("and {} more", violations.len() - MAX_VIOLATIONS));
+            }
             format!("invalid request: {}", summary.join("; "))
         }
         Error::InvalidPageToken => {
@@ -220,6 +230,7 @@ fn promise(recorded: Recorded) -> &'static str {
 fn field_violations(violations: &[crate::ledger::FieldViolation]) -> Vec<FieldViolation> {
     violations
         .iter()
+        .take(MAX_VIOLATIONS)
         .map(|v| FieldViolation::new(v.field.clone(), v.description.clone()))
         .collect()
 }
@@ -287,6 +298,30 @@ mod tests {
             assert!(!info.reason.is_empty());
             assert!(!status.message().contains("secret"), "{error:?}");
         }
+    }
+
+    /// A post of 256 invalid legs is answered with the first violations, small
+    /// enough for any client's headers, and says how many it left out.
+    #[test]
+    fn an_answer_lists_a_bounded_number_of_violations() {
+        let violations = (0..256)
+            .map(|i| {
+                crate::ledger::FieldViolation::new(
+                    "to_account_id",
+                    "must differ from from_account_id",
+                )
+                .within("legs", i)
+            })
+            .collect();
+        let status = from_error(&Error::InvalidRequest(violations));
+        let listed = status.get_details_bad_request().expect("BadRequest");
+        assert_eq!(listed.field_violations.len(), MAX_VIOLATIONS);
+        assert!(
+            status.message().ends_with("and 240 more"),
+            "{}",
+            status.message()
+        );
+        assert!(status.details().len() + status.message().len() < 4096);
     }
 
     #[test]

@@ -27,6 +27,8 @@ enum Call {
     Credit(pb::CreditRequest),
     Charge(pb::ChargeRequest),
     Get(pb::GetAccountRequest),
+    Post(pb::PostRequest),
+    List(pb::ListEntriesRequest),
     Garbage(&'static str, Vec<u8>),
 }
 
@@ -66,6 +68,42 @@ fn currency() -> impl Strategy<Value = String> {
     ]
 }
 
+/// A post of 0 to 3 legs, or, now and then, of 255 to 257 legs.
+fn post(known: u64) -> impl Strategy<Value = pb::PostRequest> {
+    let leg = move || {
+        (account(known), account(known), amount(), currency(), text()).prop_map(
+            |(from_account_id, to_account_id, amount, currency, description)| pb::Leg {
+                from_account_id,
+                to_account_id,
+                amount,
+                currency,
+                description,
+            },
+        )
+    };
+    let legs = prop_oneof![
+        prop::collection::vec(leg(), 0..4),
+        (255_usize..258, leg()).prop_map(|(n, leg)| vec![leg; n]),
+    ];
+    (text(), legs, text()).prop_map(|(idempotency_key, legs, description)| pb::PostRequest {
+        idempotency_key,
+        legs,
+        description,
+    })
+}
+
+/// A page of an account's entries, with a token that may belong to another
+/// account, be forged, or be garbage.
+fn list(known: u64) -> impl Strategy<Value = pb::ListEntriesRequest> {
+    (account(known), any::<i32>(), ".{0,64}").prop_map(|(account_id, page_size, page_token)| {
+        pb::ListEntriesRequest {
+            account_id,
+            page_size,
+            page_token,
+        }
+    })
+}
+
 fn call(known: u64) -> impl Strategy<Value = Call> {
     let posting = || (text(), account(known), amount(), currency(), text());
     prop_oneof![
@@ -98,8 +136,17 @@ fn call(known: u64) -> impl Strategy<Value = Call> {
             }
         ),
         account(known).prop_map(|account_id| Call::Get(pb::GetAccountRequest { account_id })),
+        post(known).prop_map(Call::Post),
+        list(known).prop_map(Call::List),
         (
-            prop::sample::select(vec!["OpenAccount", "Credit", "Charge", "GetAccount"]),
+            prop::sample::select(vec![
+                "OpenAccount",
+                "Credit",
+                "Charge",
+                "GetAccount",
+                "Post",
+                "ListEntries",
+            ]),
             prop_oneof![
                 prop::collection::vec(any::<u8>(), 0..64),
                 // A key field (1) holding bytes that are not UTF-8.
@@ -121,6 +168,8 @@ async fn send(app: &TestApp, call: Call) -> Code {
         Call::Credit(r) => raw_call(channel, "Credit", r).await,
         Call::Charge(r) => raw_call(channel, "Charge", r).await,
         Call::Get(r) => raw_call(channel, "GetAccount", r).await,
+        Call::Post(r) => raw_call(channel, "Post", r).await,
+        Call::List(r) => raw_call(channel, "ListEntries", r).await,
         Call::Garbage(method, bytes) => {
             raw_call(channel, method, RawMessage(Bytes::from(bytes))).await
         }
@@ -163,7 +212,7 @@ async fn arbitrary_requests_get_documented_answers() {
     let known = app.funded_account("USD", 1_000_000).await;
     let handle = tokio::runtime::Handle::current();
     let mut runner = TestRunner::new(ProptestConfig {
-        cases: 400,
+        cases: 600,
         ..ProptestConfig::default()
     });
     let outcome = tokio::task::block_in_place(|| {
