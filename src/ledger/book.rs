@@ -123,6 +123,8 @@ pub struct Changes {
     pub refunded_entries: Vec<EntryRow>,
     pub new_holds: Vec<(usize, Hold)>,
     pub resolved_holds: Vec<ResolvedHold>,
+    /// Holds found still held after they expired, released by this transaction.
+    pub expired_holds: Vec<Hold>,
     /// Ids reserved but not used.
     pub unused: NewIds,
 }
@@ -152,6 +154,8 @@ pub struct Book {
     new_entries: Vec<NewEntry>,
     new_holds: Vec<(usize, Hold)>,
     resolved: Vec<ResolvedHold>,
+    /// Expired holds released when the rows were locked.
+    expired: Vec<Hold>,
     /// The call being decided, and the undo log of its changes.
     call: Option<Call>,
     calls: usize,
@@ -178,7 +182,7 @@ impl Book {
             .map(|row| (row.account.id, row))
             .collect();
         let entries: BTreeMap<_, _> = entries.into_iter().map(|e| (e.id, e)).collect();
-        Self {
+        let mut book = Self {
             now,
             locked_accounts: accounts.clone(),
             locked_entries: entries.clone(),
@@ -190,8 +194,35 @@ impl Book {
             new_entries: Vec::new(),
             new_holds: Vec::new(),
             resolved: Vec::new(),
+            expired: Vec::new(),
             call: None,
             calls: 0,
+        };
+        book.release_expired();
+        book
+    }
+
+    /// Releases the holds still stored as held whose time has run out: they
+    /// already reserved nothing (`Hold::state_at`), and now they leave the stored
+    /// sum of the account's holds and are stored as expired, so no later
+    /// transaction locks or counts them again. Whatever the calls decide, the
+    /// transaction writes this.
+    fn release_expired(&mut self) {
+        let now = self.now;
+        for hold in self.holds.values_mut() {
+            if hold.state != HoldState::Held || hold.reserves_at(now) {
+                continue;
+            }
+            let Some(row) = self
+                .accounts
+                .get_mut(&hold.account_id)
+                .filter(|row| row.held_total >= hold.amount.get())
+            else {
+                continue;
+            };
+            row.held_total -= hold.amount.get();
+            hold.state = HoldState::Expired;
+            self.expired.push(hold.clone());
         }
     }
 
@@ -447,8 +478,19 @@ impl Book {
             expires_at,
         };
         let mut after = before.clone();
-        after.account.held += hold.amount.get();
-        after.held_total += hold.amount.get();
+        // What is held never exceeds the balance (a hold takes only what is
+        // available, and expired holds were released), so neither sum can
+        // overflow; checked all the same.
+        let overflow = || Refusal::Internal("an account's held amount overflows".into());
+        after.account.held = after
+            .account
+            .held
+            .checked_add(hold.amount.get())
+            .ok_or_else(overflow)?;
+        after.held_total = after
+            .held_total
+            .checked_add(hold.amount.get())
+            .ok_or_else(overflow)?;
         self.holds.insert(id, placed.clone());
         self.new_holds.push((call, placed.clone()));
         self.replace_account(after, before);
@@ -521,6 +563,7 @@ impl Book {
             refunded_entries,
             new_holds: self.new_holds,
             resolved_holds: self.resolved,
+            expired_holds: self.expired,
             unused: self.ids,
         }
     }

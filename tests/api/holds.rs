@@ -438,3 +438,70 @@ async fn a_hold_lives_its_ttl_by_one_clock_whatever_the_session_time_zone() {
         assert_eq!(reason(&refused), "HOLD_EXPIRED");
     }
 }
+
+/// Expired holds stop costing: the first transaction that locks their account
+/// releases them (stored as expired, out of the account's held sum), so no later
+/// one locks or counts them, whatever has or has not run in the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn expired_holds_are_released_by_the_next_call_on_their_account() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let id = app.funded_account("USD", 10_000).await;
+    let channel = app.channel().await;
+    let calls = crate::support::at_once(1_000, std::slice::from_ref(&channel), |i, channel| {
+        raw_call(
+            channel,
+            "PlaceHold",
+            place_hold(&format!("tiny-{i}"), id, 1, Duration::from_secs(1)),
+        )
+    });
+    for call in calls {
+        call.await.unwrap().expect("placed");
+    }
+    let held = format!("SELECT COUNT(*) FROM holds WHERE account_id = {id} AND state = 1");
+    assert_eq!(db.count(&held).await, 1_000);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+
+    let mut client = app.client().await;
+    client.charge(charge("after-expiry", id, 10)).await.unwrap();
+    assert_eq!(db.count(&held).await, 0, "released by the charge");
+    assert_eq!(
+        db.count(&format!(
+            "SELECT held FROM accounts WHERE account_id = {id}"
+        ))
+        .await,
+        0
+    );
+    let a = account(&mut client, id).await;
+    assert_eq!((a.balance, a.held, a.available), (9_990, 0, 9_990));
+    assert_audit_passes(&db.url).await;
+}
+
+/// Holds near the largest amount, each placed after the one before expired: the
+/// expired one is released first, so the sum of what is held never overflows
+/// and every one is held (before, the second was INTERNAL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_holds_placed_one_after_another_expires_are_all_held() {
+    const HUGE: i64 = 9_000_000_000_000_000_000;
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let id = app.funded_account("USD", HUGE).await;
+    let mut client = app.client().await;
+    for i in 0..3 {
+        let placed = client
+            .place_hold(place_hold(
+                &format!("huge-{i}"),
+                id,
+                HUGE,
+                Duration::from_secs(1),
+            ))
+            .await
+            .expect("held, never INTERNAL")
+            .into_inner()
+            .hold
+            .unwrap();
+        assert_eq!(placed.state(), pb::HoldState::Held);
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+    }
+    assert_audit_passes(&db.url).await;
+}

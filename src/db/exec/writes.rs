@@ -83,6 +83,9 @@ pub(crate) fn commit_batch(
             .ok_or_else(|| Error::internal("a hold resolved by an unknown call"))?;
         statements.push(holds::resolved_sql(&resolved.hold, key, changes.now, guard));
     }
+    for expired in &changes.expired_holds {
+        statements.push(holds::expired_sql(expired, guard));
+    }
     // One UPDATE per key, each by its primary key, so it locks only its own row:
     // a single UPDATE with an IN list may be run as a scan of the index, locking
     // other transactions' key rows, and deadlocked with them.

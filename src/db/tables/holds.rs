@@ -172,6 +172,23 @@ pub(crate) fn insert_sql(rows: &[String], guard: Option<&str>) -> Option<String>
 
 /// `UPDATE` of a hold resolved at `now` by the call under `key`, which the hold
 /// keeps (SPEC 3.5).
+/// `UPDATE` of a hold released because its time ran out: expired since its
+/// `expires_at`, resolved by no call.
+pub(crate) fn expired_sql(hold: &Hold, guard: Option<&str>) -> String {
+    let mut sql = format!(
+        "UPDATE holds SET state = {expired}, resolved_at = {at} WHERE hold_id = {id} \
+         AND state = {held}",
+        expired = HoldState::Expired.code(),
+        at = datetime(hold.expires_at),
+        id = hold.id,
+        held = HoldState::Held.code(),
+    );
+    if let Some(guard) = guard {
+        let _ = write!(sql, " AND {guard}");
+    }
+    sql
+}
+
 pub(crate) fn resolved_sql(
     hold: &Hold,
     key: &ScopedKey,
