@@ -31,6 +31,52 @@ use exec::{group, ids, keyed, writes};
 pub use tables::idempotency::KeyRow;
 pub use tables::reads::Page;
 
+/// The reads of the exactly-once transaction that lock or check rows by lists of
+/// keys, over these rows, as the service sends them (with their values written
+/// in), to check their plans with `EXPLAIN`: each must reach its rows through an
+/// index, never a scan, or a locking one would lock rows of other transactions.
+pub fn keyed_reads(
+    accounts: &[u64],
+    entries: &[u64],
+    holds: &[u64],
+    keys: &[ScopedKey],
+) -> Vec<(&'static str, String)> {
+    use tables::idempotency::{claimed_condition, committed_count_sql};
+    let refs: Vec<&ScopedKey> = keys.iter().collect();
+    let none = crate::ledger::StoredOutcome::reply(Vec::new());
+    let mut reads = vec![
+        (
+            "lock accounts",
+            tables::accounts::lock_sql(accounts).literal(),
+        ),
+        (
+            "lock held holds",
+            tables::holds::lock_held_sql(accounts).literal(),
+        ),
+        ("lock holds", tables::holds::lock_sql(holds).literal()),
+        ("lock entries", tables::entries::lock_sql(entries).literal()),
+        (
+            "lock claimed keys",
+            tables::idempotency::lock_claimed_sql(&refs).literal(),
+        ),
+    ];
+    if let Some(first) = keys.first() {
+        reads.push((
+            "guard of a multi-primary batch",
+            format!(
+                "SELECT 1 FROM idempotency_keys WHERE {}",
+                claimed_condition(first)
+            ),
+        ));
+        let committed: Vec<_> = keys.iter().map(|k| (k, &none)).collect();
+        reads.push((
+            "check after a multi-primary COMMIT",
+            committed_count_sql(&committed),
+        ));
+    }
+    reads
+}
+
 /// Bounds on waiting and retrying. Every wait in a transaction is bounded by one of
 /// these or by the caller's deadline, whichever is shorter.
 #[derive(Debug, Clone, Copy)]

@@ -26,6 +26,7 @@ mod journal;
 mod lookup;
 mod operations;
 mod outage;
+mod plans;
 mod posts;
 mod process;
 mod races;

@@ -40,6 +40,20 @@ impl<'a> Sql<'a> {
         }
     }
 
+    /// The statement with its values written in, for `EXPLAIN`.
+    pub(crate) fn literal(&self) -> String {
+        let mut pieces = self.text.split('?');
+        let mut text = pieces.next().unwrap_or_default().to_owned();
+        for (piece, bind) in pieces.zip(&self.binds) {
+            match bind {
+                Bind::U64(v) => text.push_str(&v.to_string()),
+                Bind::Bytes(v) => text.push_str(&hex(v)),
+            }
+            text.push_str(piece);
+        }
+        text
+    }
+
     pub(crate) fn bind(mut self, value: Bind<'a>) -> Self {
         self.binds.push(value);
         self

@@ -94,15 +94,11 @@ pub(crate) fn commit_batch(
     }
     statements.push("COMMIT".to_owned());
     if batch == Batch::Guarded && !keys.is_empty() {
-        let committed: Vec<String> = keys
-            .iter()
-            .map(|k| idempotency::committed_condition(k.key, k.outcome))
-            .collect();
+        let committed: Vec<_> = keys.iter().map(|k| (k.key, k.outcome)).collect();
         statements.push(format!(
-            "CALL ledger_require_committed((SELECT COUNT(*) = {n} FROM idempotency_keys \
-             WHERE (namespace, idempotency_key, outcome_code, outcome) IN ({list})))",
+            "CALL ledger_require_committed((({}) = {n}))",
+            idempotency::committed_count_sql(&committed),
             n = keys.len(),
-            list = committed.join(", "),
         ));
         statements.push("COMMIT".to_owned());
     }
@@ -141,9 +137,10 @@ mod tests {
             commit_batch(&changes, &keys, Batch::Guarded).unwrap(),
             "UPDATE idempotency_keys SET outcome_code = 9, outcome = x'ab' \
              WHERE namespace = x'' AND idempotency_key = x'6b31' AND outcome IS NULL; \
-             COMMIT; CALL ledger_require_committed((SELECT COUNT(*) = 1 FROM idempotency_keys \
-             WHERE (namespace, idempotency_key, outcome_code, outcome) IN \
-             ((x'', x'6b31', 9, x'ab')))); COMMIT"
+             COMMIT; CALL ledger_require_committed(((SELECT COUNT(*) FROM idempotency_keys \
+             FORCE INDEX (PRIMARY) WHERE (namespace, idempotency_key) IN ((x'', x'6b31')) \
+             AND (namespace, idempotency_key, outcome_code, outcome) IN \
+             ((x'', x'6b31', 9, x'ab'))) = 1)); COMMIT"
         );
     }
 

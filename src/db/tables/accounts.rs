@@ -63,17 +63,21 @@ const COLUMNS: &str = "account_id, currency, balance, held, entry_count, created
 /// transactions locking the same accounts cannot deadlock; returns those that
 /// exist, and the database's clock once every lock was granted (`SYSDATE`, which,
 /// unlike `NOW`, is read when evaluated, not when the statement began).
+/// The statement of [`lock`].
+pub(crate) fn lock_sql(ids: &[u64]) -> Sql<'static> {
+    Sql::with_ids(
+        &format!("SELECT {COLUMNS}, SYSDATE(6) AS now FROM accounts WHERE account_id"),
+        ids,
+        " ORDER BY account_id FOR UPDATE",
+    )
+}
+
 pub(crate) async fn lock(
     tx: &mut Tx<'_>,
     ids: &[AccountId],
 ) -> Result<(Vec<AccountRow>, Option<NaiveDateTime>), Failure> {
     let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
-    let sql = Sql::with_ids(
-        &format!("SELECT {COLUMNS}, SYSDATE(6) AS now FROM accounts WHERE account_id"),
-        &ids,
-        " ORDER BY account_id FOR UPDATE",
-    );
-    let rows: Vec<Row> = tx.load(Step::LockAccounts, sql).await?;
+    let rows: Vec<Row> = tx.load(Step::LockAccounts, lock_sql(&ids)).await?;
     let mut locked = Vec::with_capacity(rows.len());
     let mut now = None;
     for row in rows {

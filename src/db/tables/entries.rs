@@ -50,17 +50,21 @@ struct LockedRow {
     refunded: i64,
 }
 
+/// The statement of [`lock`].
+pub(crate) fn lock_sql(ids: &[u64]) -> Sql<'static> {
+    Sql::with_ids(
+        "SELECT entry_id, account_id, kind, amount, currency, refunded FROM entries \
+         WHERE entry_id",
+        ids,
+        " ORDER BY entry_id FOR UPDATE",
+    )
+}
+
 /// Locks the named entries, after their accounts (a refund of an entry holds its
 /// account's lock, so this never waits).
 pub(crate) async fn lock(tx: &mut Tx<'_>, ids: &[EntryId]) -> Result<Vec<EntryRow>, Failure> {
     let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
-    let sql = Sql::with_ids(
-        "SELECT entry_id, account_id, kind, amount, currency, refunded FROM entries \
-         WHERE entry_id",
-        &ids,
-        " ORDER BY entry_id FOR UPDATE",
-    );
-    let rows: Vec<LockedRow> = tx.load(Step::LockEntries, sql).await?;
+    let rows: Vec<LockedRow> = tx.load(Step::LockEntries, lock_sql(&ids)).await?;
     let parse = |row: LockedRow| -> Result<EntryRow, Error> {
         Ok(EntryRow {
             id: EntryId::parse("entry_id", row.entry_id).map_err(|v| Error::internal_row(&v))?,

@@ -208,6 +208,33 @@ pub(crate) fn outcome_sql(key: &ScopedKey, outcome: &StoredOutcome, guarded: boo
 
 /// True when the key's committed row holds exactly this outcome (for the check
 /// after COMMIT).
+/// How many of `keys` have committed with their outcome: through the primary
+/// key (forced: on a small table the optimizer may scan it whole), then by the
+/// outcome.
+pub(crate) fn committed_count_sql(keys: &[(&ScopedKey, &StoredOutcome)]) -> String {
+    let pairs: Vec<String> = keys
+        .iter()
+        .map(|(key, _)| {
+            format!(
+                "({}, {})",
+                hex(key.namespace.as_str().as_bytes()),
+                hex(key.key.as_str().as_bytes())
+            )
+        })
+        .collect();
+    let committed: Vec<String> = keys
+        .iter()
+        .map(|(key, outcome)| committed_condition(key, outcome))
+        .collect();
+    format!(
+        "SELECT COUNT(*) FROM idempotency_keys FORCE INDEX (PRIMARY) \
+         WHERE (namespace, idempotency_key) IN ({}) \
+         AND (namespace, idempotency_key, outcome_code, outcome) IN ({})",
+        pairs.join(", "),
+        committed.join(", ")
+    )
+}
+
 pub(crate) fn committed_condition(key: &ScopedKey, outcome: &StoredOutcome) -> String {
     format!(
         "({}, {}, {}, {})",
@@ -293,18 +320,25 @@ pub(crate) async fn lock_claimed(
     tx: &mut Tx<'_>,
     keys: &[&ScopedKey],
 ) -> Result<Vec<BatchKeyRow>, Failure> {
+    tx.load(Step::ReadKey, lock_claimed_sql(keys)).await
+}
+
+/// The statement of [`lock_claimed`]: through the primary key, forced, since on a
+/// small table the optimizer may scan it whole, which would lock every key row,
+/// other transactions' too.
+pub(crate) fn lock_claimed_sql<'a>(keys: &[&'a ScopedKey]) -> Sql<'a> {
     let keys = crate::db::conn::sql::padded(keys);
     let pairs = vec!["(?, ?)"; keys.len()].join(", ");
     let mut sql = Sql::new(format!(
         "SELECT namespace, idempotency_key, {KEY_COLUMNS} FROM idempotency_keys \
-         WHERE (namespace, idempotency_key) IN ({pairs}) FOR UPDATE"
+         FORCE INDEX (PRIMARY) WHERE (namespace, idempotency_key) IN ({pairs}) FOR UPDATE"
     ));
     for key in &keys {
         sql = sql
             .bind(Bind::Bytes(key.namespace.as_str().as_bytes()))
             .bind(Bind::Bytes(key.key.as_str().as_bytes()));
     }
-    tx.load(Step::ReadKey, sql).await
+    sql
 }
 
 #[cfg(test)]

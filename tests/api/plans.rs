@@ -1,0 +1,107 @@
+//! The reads that lock or check rows by lists of keys reach them through an
+//! index, never a scan, on an empty ledger and on a populated one: a locking read
+//! run as a scan would lock rows of other transactions and deadlock with them.
+
+use ledger::ledger::{IdempotencyKey, Namespace, ScopedKey};
+use mysql_async::prelude::Queryable as _;
+
+use crate::support::{TestApp, TestDb, at_once, charge, place_hold, raw_call};
+
+/// Access types that read rows through an index.
+const INDEXED: &[&str] = &["const", "eq_ref", "ref", "range", "system"];
+
+/// Every read of `ledger::db::keyed_reads` over the first rows of each table.
+async fn assert_indexed(db: &TestDb, when: &str) {
+    let mut conn = db.sql().await;
+    let ids = |table: &str, column: &str| {
+        format!("SELECT {column} FROM {table} ORDER BY {column} LIMIT 4")
+    };
+    let accounts: Vec<u64> = conn.query(ids("accounts", "account_id")).await.unwrap();
+    let entries: Vec<u64> = conn.query(ids("entries", "entry_id")).await.unwrap();
+    let holds: Vec<u64> = conn.query(ids("holds", "hold_id")).await.unwrap();
+    let mut keys: Vec<ScopedKey> = conn
+        .query::<Vec<u8>, _>("SELECT idempotency_key FROM idempotency_keys LIMIT 4")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| ScopedKey {
+            namespace: Namespace::default(),
+            key: IdempotencyKey::parse("k", String::from_utf8(k).unwrap()).unwrap(),
+        })
+        .collect();
+    keys.push(ScopedKey {
+        namespace: Namespace::default(),
+        key: IdempotencyKey::parse("k", "never-used".into()).unwrap(),
+    });
+    let or_missing = |ids: Vec<u64>| if ids.is_empty() { vec![1] } else { ids };
+    let reads = ledger::db::keyed_reads(
+        &or_missing(accounts),
+        &or_missing(entries),
+        &or_missing(holds),
+        &keys,
+    );
+    for (name, sql) in reads {
+        let plan: Vec<mysql_async::Row> = conn.query(format!("EXPLAIN {sql}")).await.unwrap();
+        for row in plan {
+            let table: Option<String> = row.get("table").flatten();
+            let access: Option<String> = row.get("type").flatten();
+            let extra: Option<String> = row.get("Extra").flatten();
+            // A plan with nothing to read (no matching row) reads no table.
+            if table.is_none() || extra.as_deref().is_some_and(|e| e.contains("Impossible")) {
+                continue;
+            }
+            assert!(
+                access.as_deref().is_some_and(|a| INDEXED.contains(&a)),
+                "{when}: {name} reads {table:?} by {access:?} ({extra:?}): {sql}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keyed_reads_use_an_index_on_an_empty_and_a_populated_ledger() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let first = app.funded_account("USD", 1_000_000).await;
+    app.client()
+        .await
+        .place_hold(place_hold(
+            "h-0",
+            first,
+            1,
+            std::time::Duration::from_secs(3600),
+        ))
+        .await
+        .unwrap();
+    assert_indexed(&db, "a near-empty ledger").await;
+
+    let mut accounts = vec![first];
+    for _ in 0..40 {
+        accounts.push(app.funded_account("USD", 1_000_000).await);
+    }
+    let channel = app.channel().await;
+    let calls = at_once(2_000, std::slice::from_ref(&channel), |i, channel| {
+        let account = accounts[i % accounts.len()];
+        async move {
+            if i % 4 == 0 {
+                let ttl = std::time::Duration::from_secs(3600);
+                raw_call(
+                    channel,
+                    "PlaceHold",
+                    place_hold(&format!("h{i}"), account, 1, ttl),
+                )
+                .await
+            } else {
+                raw_call(channel, "Charge", charge(&format!("c{i}"), account, 1)).await
+            }
+        }
+    });
+    for call in calls {
+        call.await.unwrap().expect("served");
+    }
+    let mut conn = db.sql().await;
+    conn.query_drop("ANALYZE TABLE accounts, entries, holds, idempotency_keys")
+        .await
+        .unwrap();
+    assert_indexed(&db, "a populated ledger").await;
+}
