@@ -456,3 +456,99 @@ async fn a_stalled_writer_queues_no_more_calls_than_the_limit() {
     );
     assert_eq!(db.balance(account).await, 999);
 }
+
+/// A member with little time left does not spoil the batch for one with time: a
+/// batch waits for a connection only as long as its tightest member can, and when
+/// none comes each member waits again alone, as long as it can. Forced: both
+/// connections of a pool of 2 are held by look-ups waiting on a key an outside
+/// transaction holds; the writer is busy with a call waiting for a connection
+/// (1 s deadline) while a charge without a deadline and one with 1.5 s queue
+/// behind it, then are served as one batch that cannot get a connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_short_of_time_costs_the_others_nothing() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(
+        &db,
+        Config {
+            pool_size: 2,
+            ..one_writer()
+        },
+    )
+    .await;
+    let account = app.funded_account("USD", 100).await;
+    let other = app.funded_account("USD", 100).await;
+
+    // An outside transaction holds a key row; two look-ups of it hold the pool.
+    let mut outside = db.sql().await;
+    outside.query_drop("BEGIN").await.unwrap();
+    outside
+        .query_drop(
+            "INSERT INTO idempotency_keys (namespace, idempotency_key, method, fingerprint, \
+             created_at) VALUES ('', 'outside', 3, REPEAT(x'00', 32), UTC_TIMESTAMP(6))",
+        )
+        .await
+        .unwrap();
+    let mut lookups = Vec::new();
+    for _ in 0..2 {
+        let mut client = app.client().await;
+        lookups.push(tokio::spawn(async move {
+            client
+                .lookup_key(ledger::proto::pb::LookupKeyRequest {
+                    idempotency_key: "outside".into(),
+                })
+                .await
+        }));
+    }
+    db.until_waiting_on("key lookups", 2).await;
+
+    let client = app.client().await;
+    let busy = {
+        let mut client = client.clone();
+        tokio::spawn(async move {
+            client
+                .charge(with_deadline(
+                    charge("busy", other, 1),
+                    Duration::from_secs(1),
+                ))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let patient = {
+        let mut client = client.clone();
+        tokio::spawn(async move { client.charge(charge("patient", account, 5)).await })
+    };
+    app.until_queued(1).await;
+    let hurried = {
+        let mut client = client.clone();
+        tokio::spawn(async move {
+            client
+                .charge(with_deadline(
+                    charge("hurried", account, 5),
+                    Duration::from_millis(1_500),
+                ))
+                .await
+        })
+    };
+    app.until_queued(2).await;
+
+    assert!(
+        busy.await.unwrap().is_err(),
+        "no connection for the busy call"
+    );
+    let hurried = hurried.await.unwrap().unwrap_err();
+    assert!(
+        matches!(hurried.code(), Code::Unavailable | Code::DeadlineExceeded),
+        "{hurried:?}"
+    );
+    // Only now do connections come back; the patient charge is still waiting.
+    outside.query_drop("ROLLBACK").await.unwrap();
+    for lookup in lookups {
+        let _ = lookup.await.unwrap();
+    }
+    patient
+        .await
+        .unwrap()
+        .expect("a call with time left is served");
+    assert_eq!(db.balance(account).await, 95);
+}

@@ -270,6 +270,9 @@ async fn serve(db: &Persistence, batch: Vec<Member>) {
             }
             Err(Split::Retry(reason)) if attempt < max_attempts => {
                 metrics::retry(reason);
+                // A member whose caller left, or whose deadline passed, meanwhile
+                // is answered now rather than bounding the next attempt.
+                members = answer_the_gone(members);
                 // Backs off as one call would; a delay the tightest deadline
                 // cannot afford splits the batch instead.
                 let Some(tightest) = tightest(members.iter().map(|m| &m.call)) else {
@@ -297,6 +300,21 @@ async fn serve(db: &Persistence, batch: Vec<Member>) {
     for member in members {
         alone(db, member);
     }
+}
+
+/// Answers the members that are no longer live (their caller left, or their
+/// deadline passed); returns the others.
+fn answer_the_gone(members: Vec<Member>) -> Vec<Member> {
+    let mut live = Vec::with_capacity(members.len());
+    for member in members {
+        match member.call.ensure_live() {
+            Ok(()) => live.push(member),
+            Err(e) => {
+                let _ = member.answer.send(Err(e));
+            }
+        }
+    }
+    live
 }
 
 /// Runs a member on the one-call path, in its own tracked task.
@@ -333,9 +351,9 @@ impl From<AttemptError> for Split {
             // a committed key replays, a free one is decided again.
             AttemptError::Conflict => Self::Retry("conflict"),
             AttemptError::Unsettled(_) => Self::Retry("unsettled"),
-            AttemptError::Silent(reason) | AttemptError::NoConnection(reason) => {
-                Self::Unavailable(reason)
-            }
+            AttemptError::Silent(reason) => Self::Unavailable(reason),
+            // The batch waited for a connection only as long as its tightest
+            // member could: each member waits again alone, as long as it can.
             _ => Self::Apart,
         }
     }
