@@ -393,14 +393,15 @@ async fn a_retry_that_never_reached_its_key_promises_nothing() {
 
     // Two new charges wait on the account, held by an outside transaction.
     let mut holder = db.lock_account(account).await;
-    let parked: Vec<_> = ["new-1", "new-2"]
-        .into_iter()
-        .map(|key| {
-            let mut client = client.clone();
-            tokio::spawn(async move { client.charge(charge(key, account, 1)).await })
-        })
-        .collect();
+    // The first holds the account's writer, waiting for the row; the second
+    // queues behind it.
+    let park = |key: &'static str| {
+        let mut client = client.clone();
+        tokio::spawn(async move { client.charge(charge(key, account, 1)).await })
+    };
+    let mut parked = vec![park("new-1")];
     db.until_waiting_on("accounts", 1).await;
+    parked.push(park("new-2"));
     app.until_queued(1).await;
 
     let retry = client
