@@ -349,14 +349,20 @@ mod tests {
     use crate::call::Call;
     use crate::error::{Error, Recorded};
 
-    /// Work that claims its key, begins its COMMIT at 40 ms and has it answered
-    /// at `done`.
-    async fn committing(call: Call, done: Duration) -> Result<&'static str, Error> {
+    /// A call whose COMMIT is in flight from the start, and work that has it
+    /// answered after `done`.
+    fn committing(done: Duration) -> (Call, impl Future<Output = Result<&'static str, Error>>) {
+        let now = Instant::now();
+        let call = Call::with_caller_deadline(
+            Some(now + Duration::from_millis(50)),
+            Some(now + Duration::from_millis(100)),
+        );
         call.settled_nothing();
-        tokio::time::sleep(Duration::from_millis(40)).await;
-        call.begin_commit()?;
-        tokio::time::sleep(done.saturating_sub(Duration::from_millis(40))).await;
-        Ok("committed")
+        assert!(call.begin_commit().is_ok());
+        (call, async move {
+            tokio::time::sleep(done).await;
+            Ok("committed")
+        })
     }
 
     /// A COMMIT still in flight when the service's deadline passes is waited for
@@ -364,17 +370,12 @@ mod tests {
     /// back in time, else as not known.
     #[tokio::test(start_paused = true)]
     async fn a_commit_in_flight_at_the_deadline_is_waited_for() {
-        let now = Instant::now();
-        let deadlines = (
-            Some(now + Duration::from_millis(50)),
-            Some(now + Duration::from_millis(100)),
-        );
-        let call = Call::with_caller_deadline(deadlines.0, deadlines.1);
-        let done = answer(&call, committing(call.clone(), Duration::from_millis(80))).await;
+        let (call, work) = committing(Duration::from_millis(80));
+        let done = answer(&call, work).await;
         assert!(matches!(done, Ok("committed")), "{done:?}");
 
-        let call = Call::with_caller_deadline(deadlines.0, deadlines.1);
-        let late = answer(&call, committing(call.clone(), Duration::from_millis(150))).await;
+        let (call, work) = committing(Duration::from_millis(150));
+        let late = answer(&call, work).await;
         assert!(
             matches!(
                 late,

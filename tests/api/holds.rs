@@ -439,6 +439,10 @@ async fn a_hold_lives_its_ttl_by_one_clock_whatever_the_session_time_zone() {
     }
 }
 
+/// Long enough to place all the holds before the first expires (each placement
+/// locks the account, and would release the ones already expired).
+const TINY_TTL: Duration = Duration::from_secs(5);
+
 /// Expired holds stop costing: the first transaction that locks their account
 /// releases them (stored as expired, out of the account's held sum), so no later
 /// one locks or counts them, whatever has or has not run in the background.
@@ -452,7 +456,7 @@ async fn expired_holds_are_released_by_the_next_call_on_their_account() {
         raw_call(
             channel,
             "PlaceHold",
-            place_hold(&format!("tiny-{i}"), id, 1, Duration::from_secs(1)),
+            place_hold(&format!("tiny-{i}"), id, 1, TINY_TTL),
         )
     });
     for call in calls {
@@ -460,7 +464,7 @@ async fn expired_holds_are_released_by_the_next_call_on_their_account() {
     }
     let held = format!("SELECT COUNT(*) FROM holds WHERE account_id = {id} AND state = 1");
     assert_eq!(db.count(&held).await, 1_000);
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    tokio::time::sleep(TINY_TTL + Duration::from_millis(200)).await;
 
     let mut client = app.client().await;
     client.charge(charge("after-expiry", id, 10)).await.unwrap();
