@@ -2,7 +2,7 @@
 //! balance less its active holds).
 
 use super::{AccountAmount, Named, Operation, entry_message};
-use crate::ledger::book::{Book, Posting, RowCounts};
+use crate::ledger::book::{Book, Posting};
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
 use crate::ledger::model::{Effect, Entry, EntryKind};
@@ -35,14 +35,7 @@ impl Operation for Charge {
     }
 
     fn needs(&self) -> Needs {
-        Needs {
-            accounts: vec![self.0.account_id],
-            creates: RowCounts {
-                entries: 1,
-                ..RowCounts::default()
-            },
-            ..Needs::default()
-        }
+        self.0.needs()
     }
 
     fn decide(&self, book: &mut Book) -> Result<Entry, Refusal> {

@@ -289,6 +289,18 @@ impl AccountAmount {
         Ok((key, fields))
     }
 
+    /// Its account, and the one entry it writes.
+    fn needs(&self) -> Needs {
+        Needs {
+            accounts: vec![self.account_id],
+            creates: crate::ledger::book::RowCounts {
+                entries: 1,
+                ..Default::default()
+            },
+            ..Needs::default()
+        }
+    }
+
     fn fingerprint(&self, fields: &mut Fields) {
         fields.u64(self.account_id.get());
         fields.i64(self.amount.get());

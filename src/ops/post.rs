@@ -84,11 +84,7 @@ impl Operation for Post {
     fn fingerprint(&self, fields: &mut Fields) {
         fields.u64(self.legs.len() as u64);
         for leg in &self.legs {
-            fields.u64(leg.from.get());
-            fields.u64(leg.to.get());
-            fields.i64(leg.amount.get());
-            fields.str(leg.currency.as_str());
-            fields.str(leg.description.as_str());
+            Operation::fingerprint(leg, fields);
         }
         fields.str(self.description.as_str());
     }

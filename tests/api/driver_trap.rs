@@ -10,36 +10,29 @@ use ledger::db::conn::{connection, pool};
 
 use crate::support::{TestApp, TestDb};
 
-/// Affected rows of a new and then a duplicate probe, in a temporary table.
-async fn probe_twice(conn: &mut AsyncMysqlConnection) -> (usize, usize) {
+/// Affected rows of a new and then a duplicate probe inserting `rows` into a
+/// temporary table.
+async fn probe_with(conn: &mut AsyncMysqlConnection, rows: &str) -> (usize, usize) {
     conn.batch_execute("CREATE TEMPORARY TABLE trap (k INT PRIMARY KEY, v INT NOT NULL)")
         .await
         .unwrap();
-    let probe =
-        || diesel::sql_query("INSERT INTO trap VALUES (1, 0) ON DUPLICATE KEY UPDATE v = v");
-    let new = probe().execute(conn).await.unwrap();
-    let duplicate = probe().execute(conn).await.unwrap();
+    let sql = format!("INSERT INTO trap VALUES {rows} ON DUPLICATE KEY UPDATE v = v");
+    let new = diesel::sql_query(&sql).execute(conn).await.unwrap();
+    let duplicate = diesel::sql_query(&sql).execute(conn).await.unwrap();
     conn.batch_execute("DROP TEMPORARY TABLE trap")
         .await
         .unwrap();
     (new, duplicate)
 }
 
+async fn probe_twice(conn: &mut AsyncMysqlConnection) -> (usize, usize) {
+    probe_with(conn, "(1, 0)").await
+}
+
 /// The same probes with the key named twice in one statement, as the service's
 /// probes name it: the repeated row adds nothing unless found rows are counted.
 async fn probe_doubled_twice(conn: &mut AsyncMysqlConnection) -> (usize, usize) {
-    conn.batch_execute("CREATE TEMPORARY TABLE trap (k INT PRIMARY KEY, v INT NOT NULL)")
-        .await
-        .unwrap();
-    let probe = || {
-        diesel::sql_query("INSERT INTO trap VALUES (1, 0), (1, 0) ON DUPLICATE KEY UPDATE v = v")
-    };
-    let new = probe().execute(conn).await.unwrap();
-    let duplicate = probe().execute(conn).await.unwrap();
-    conn.batch_execute("DROP TEMPORARY TABLE trap")
-        .await
-        .unwrap();
-    (new, duplicate)
+    probe_with(conn, "(1, 0), (1, 0)").await
 }
 
 /// A probe that names its key twice tells a found-rows connection apart on every

@@ -75,28 +75,22 @@ impl QueryFragment<Mysql> for Probe<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
         out.push_sql(
             "INSERT INTO idempotency_keys \
-             (namespace, idempotency_key, method, fingerprint, created_at) VALUES (",
+             (namespace, idempotency_key, method, fingerprint, created_at) VALUES ",
         );
-        out.push_bind_param::<Varbinary, _>(&self.namespace)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Varbinary, _>(&self.key)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Unsigned<TinyInt>, _>(&self.method)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Binary, _>(&self.fingerprint)?;
-        // The database's clock, which retention compares key ages with.
-        out.push_sql(", UTC_TIMESTAMP(6)), (");
-        // The same key again: see `probe`.
-        out.push_bind_param::<Varbinary, _>(&self.namespace)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Varbinary, _>(&self.key)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Unsigned<TinyInt>, _>(&self.method)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Binary, _>(&self.fingerprint)?;
-        out.push_sql(
-            ", UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key",
-        );
+        // The same key twice: see `probe`.
+        for row in ["(", "), ("] {
+            out.push_sql(row);
+            out.push_bind_param::<Varbinary, _>(&self.namespace)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Varbinary, _>(&self.key)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Unsigned<TinyInt>, _>(&self.method)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Binary, _>(&self.fingerprint)?;
+            // The database's clock, which retention compares key ages with.
+            out.push_sql(", UTC_TIMESTAMP(6)");
+        }
+        out.push_sql(") ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key");
         Ok(())
     }
 }
