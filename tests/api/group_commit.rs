@@ -267,7 +267,157 @@ async fn a_caller_gone_mid_batch_costs_the_others_nothing() {
     db.until_no_open_transactions().await;
     assert_eq!(db.key_rows("late").await, 0, "no row without an outcome");
     assert_eq!(db.balance(account).await, 70);
+    let at = db
+        .claimed_at(&["on-time-0", "on-time-1", "on-time-2"])
+        .await;
+    assert!(
+        at.iter().all(|t| *t == at[0]),
+        "committed by the batch that claimed them, not rerun: {at:?}"
+    );
     assert_audit_passes(&db.url).await;
+}
+
+/// Queues `calls` (key, amount) for charges on `account` behind a busy writer,
+/// then frees it: they are served as one batch. Returns each call's result.
+async fn one_batch_of_charges(
+    app: &TestApp,
+    db: &TestDb,
+    account: u64,
+    calls: &[(&str, i64)],
+) -> Vec<Result<tonic::Response<ledger::proto::pb::ChargeReply>, tonic::Status>> {
+    let mut holder = app.busy_writer(db).await;
+    let mut tasks = Vec::new();
+    for (i, (key, amount)) in calls.iter().enumerate() {
+        let mut client = app.client().await;
+        let request = charge(key, account, *amount);
+        tasks.push(tokio::spawn(async move { client.charge(request).await }));
+        app.until_queued(i + 1).await;
+    }
+    holder.query_drop("ROLLBACK").await.unwrap();
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    results
+}
+
+/// A key reused for another request in a batch is refused alone: the calls
+/// beside it commit in the batch that claimed their keys, not in reruns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reused_key_costs_the_batch_nothing() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(&db, one_writer()).await;
+    let account = app.funded_account("USD", 100).await;
+    let mut client = app.client().await;
+    client.charge(charge("taken", account, 10)).await.unwrap();
+
+    let mut results = one_batch_of_charges(
+        &app,
+        &db,
+        account,
+        &[("fresh-1", 5), ("taken", 20), ("fresh-2", 5)],
+    )
+    .await;
+    let reused = results.remove(1).unwrap_err();
+    assert_eq!(reason(&reused), "IDEMPOTENCY_KEY_REUSED", "{reused:?}");
+    for result in results {
+        result.expect("served beside the reused key");
+    }
+    let at = db.claimed_at(&["fresh-1", "fresh-2"]).await;
+    assert_eq!(at[0], at[1], "committed by one batch, not rerun");
+    assert_eq!(db.balance(account).await, 80);
+    assert_eq!(db.entries_for_key("taken").await, 1);
+}
+
+/// A retry of a key retention purged after it took effect, declined now, is
+/// refused alone as expired (its decline must not be stored): the calls beside
+/// it commit in the batch that claimed their keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_purged_keys_decline_costs_the_batch_nothing() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(&db, one_writer()).await;
+    let account = app.funded_account("USD", 100).await;
+    let mut client = app.client().await;
+    client.charge(charge("big", account, 60)).await.unwrap();
+    // What retention's purge does to a key that took effect.
+    db.sql()
+        .await
+        .query_drop("DELETE FROM idempotency_keys WHERE idempotency_key = 'big'")
+        .await
+        .unwrap();
+
+    let mut results = one_batch_of_charges(
+        &app,
+        &db,
+        account,
+        &[("small-1", 5), ("big", 60), ("small-2", 5)],
+    )
+    .await;
+    let expired = results.remove(1).unwrap_err();
+    assert_eq!(reason(&expired), "IDEMPOTENCY_KEY_EXPIRED", "{expired:?}");
+    for result in results {
+        result.expect("served beside the purged key");
+    }
+    let at = db.claimed_at(&["small-1", "small-2"]).await;
+    assert_eq!(at[0], at[1], "committed by one batch, not rerun");
+    assert_eq!(db.key_rows("big").await, 0, "the refusal stores nothing");
+    assert_eq!(db.entries_for_key("big").await, 1, "charged once");
+    assert_eq!(db.balance(account).await, 30);
+}
+
+/// A batch waits on a lock as long as its most patient member may, not its most
+/// hurried: with a member of 1 s beside one without a deadline, the batch's lock
+/// wait is not lowered to the hurried member's 1 s. Forced: an outside
+/// transaction holds the account until well after that; the batch's own
+/// transaction still waits, then commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hurried_member_does_not_shorten_the_batch_lock_wait() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(
+        &db,
+        Config {
+            lock_wait: Duration::from_secs(10),
+            ..one_writer()
+        },
+    )
+    .await;
+    let account = app.funded_account("USD", 100).await;
+    let mut holder = app.busy_writer(&db).await;
+    let mut patient_client = app.client().await;
+    let patient =
+        tokio::spawn(async move { patient_client.charge(charge("patient", account, 5)).await });
+    app.until_queued(1).await;
+    let mut hurried_client = app.client().await;
+    let hurried = tokio::spawn(async move {
+        hurried_client
+            .charge(with_deadline(
+                charge("hurried", account, 5),
+                Duration::from_secs(1),
+            ))
+            .await
+    });
+    app.until_queued(2).await;
+    let mut outside = db.lock_account(account).await;
+    holder.query_drop("ROLLBACK").await.unwrap();
+    while db.key_rows("busy").await == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The busy call has committed: the one transaction waiting is the batch's.
+    db.until_waiting_on("accounts", 1).await;
+    let waiting = db.waiting_transaction().await;
+    assert!(waiting.is_some());
+
+    let hurried = hurried.await.unwrap().unwrap_err();
+    assert_eq!(hurried.code(), Code::DeadlineExceeded, "{hurried:?}");
+    // Past the second a lock wait lowered to the hurried member's would allow.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let still = db.waiting_transaction().await;
+    assert_eq!(still, waiting, "the batch's own transaction still waits");
+    outside.query_drop("ROLLBACK").await.unwrap();
+
+    patient.await.unwrap().expect("served by its batch");
+    assert_eq!(db.key_rows("hurried").await, 0);
+    assert_eq!(db.balance(account).await, 95);
 }
 
 /// A batch that deadlocks is rolled back whole and retried whole: a transaction

@@ -319,6 +319,20 @@ impl TestDb {
         .unwrap_or(0)
     }
 
+    /// The id of a transaction of this database waiting for a row lock, if any.
+    pub async fn waiting_transaction(&self) -> Option<u64> {
+        let mut conn = self.sql().await;
+        let sql = if is_mariadb(&mut conn).await {
+            "SELECT t.trx_id FROM information_schema.INNODB_TRX t \
+             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
+        } else {
+            "SELECT ENGINE_TRANSACTION_ID FROM performance_schema.data_locks \
+             WHERE OBJECT_SCHEMA = DATABASE() AND LOCK_STATUS = 'WAITING'"
+        };
+        conn.query_first(sql).await.unwrap()
+    }
+
     /// Polls until `n` statements wait for a row lock of `table`; fails after 30 s.
     pub async fn until_waiting_on(&self, table: &str, n: u64) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

@@ -59,8 +59,19 @@ enum Found {
     Reused,
 }
 
-/// The attempt: on success, each call's outcome, in order. The calls' keys are
+/// A call's answer from an attempt: its outcome, or an error final for it alone
+/// (its key was first used for another request, it met a purged key's effect, or
+/// its caller left before COMMIT). Either way the others go on without it.
+pub(super) type Answer = Result<KeyedOutcome, Error>;
+
+/// The attempt: on success, each call's answer, in order. The calls' keys are
 /// distinct.
+///
+/// One call's trouble is its own: a call refused (a reused key, a purged key's
+/// decline) or gone before COMMIT (its caller left, its deadline passed) is
+/// answered alone and left out of the writes, and the key row its probe inserted
+/// is deleted with them; the others commit as they were decided, or are decided
+/// again without it when it left after the decisions.
 ///
 /// Transactions are plain statements on the connection rather than diesel's
 /// transaction manager, since the final writes and COMMIT travel together, which
@@ -71,59 +82,142 @@ pub(super) async fn transaction(
     mut tx: Tx<'_>,
     mode: Mode,
     calls: &[Calling<'_>],
-) -> Result<Vec<KeyedOutcome>, AttemptError> {
+) -> Result<Vec<Answer>, AttemptError> {
     let found = match claim(&mut tx, calls).await {
         Ok(found) => found,
         Err(failure) => return Err(tx.fail(failure).await),
     };
-    if found.iter().any(|f| matches!(f, Found::Reused)) {
-        // Its answer is an error, not an outcome: a batch splits, and the call
-        // alone is answered IDEMPOTENCY_KEY_REUSED.
-        return Err(tx.fail(Failure::Final(Error::KeyReused)).await);
-    }
-    let fresh: Vec<Calling<'_>> = calls
+    let mut slots: Vec<Slot<'_, '_>> = calls
         .iter()
-        .zip(&found)
-        .filter(|(_, f)| matches!(f, Found::New))
-        .map(|(c, _)| *c)
+        .zip(found)
+        .map(|(calling, found)| Slot {
+            calling,
+            answer: match found {
+                Found::New => {
+                    // The key was free: whatever an earlier attempt's lost COMMIT
+                    // did, it did not commit.
+                    calling.call.settled_nothing();
+                    None
+                }
+                Found::Replay(outcome) => Some(Ok(KeyedOutcome {
+                    outcome,
+                    replayed: true,
+                })),
+                Found::Reused => Some(Err(Error::KeyReused)),
+            },
+            decided: None,
+            hooked: false,
+        })
         .collect();
-    for calling in &fresh {
-        // The key was free: whatever an earlier attempt's lost COMMIT did, it did
-        // not commit.
-        calling.call.settled_nothing();
+    // Keys this probe inserted whose calls are out: deleted with the writes.
+    let mut dropped: Vec<&ScopedKey> = Vec::new();
+    loop {
+        for slot in pending_mut(&mut slots) {
+            if let Err(e) = slot.calling.call.ensure_live() {
+                slot.drop_out(e, &mut dropped);
+            }
+        }
+        let deciding: Vec<Calling<'_>> = pending(&slots).map(|s| *s.calling).collect();
+        if deciding.is_empty() {
+            // Nothing to write: the ROLLBACK takes the probe's rows with it.
+            tx.finish().await?;
+            return Ok(settle(slots));
+        }
+        let decided = match decide(db, &mut tx, mode, &deciding, &dropped).await {
+            Ok(decided) => decided,
+            Err(failure) => return Err(tx.fail(failure).await),
+        };
+        for (slot, outcome) in pending_mut(&mut slots).zip(decided.outcomes) {
+            match outcome {
+                Ok(outcome) => slot.decided = Some(outcome),
+                Err(e) => slot.drop_out(e, &mut dropped),
+            }
+        }
+        for slot in pending_mut(&mut slots) {
+            if !std::mem::replace(&mut slot.hooked, true) {
+                before_commit(db, slot.calling).await;
+            }
+        }
+        let committing: Vec<&Call> = pending(&slots).map(|s| s.calling.call).collect();
+        if committing.is_empty() {
+            tx.finish().await?;
+            return Ok(settle(slots));
+        }
+        if let Err((gone, e)) = begin_commit(&committing) {
+            // It may have shaped the others' decisions: decide them again without
+            // it (the locks are held, and nothing is written yet).
+            if let Some(slot) = pending_mut(&mut slots).nth(gone) {
+                slot.drop_out(e, &mut dropped);
+            }
+            continue;
+        }
+        commit(tx, mode, &committing, &decided.sql).await?;
+        for slot in pending_mut(&mut slots) {
+            slot.answer = slot.decided.take().map(|outcome| {
+                Ok(KeyedOutcome {
+                    outcome,
+                    replayed: false,
+                })
+            });
+        }
+        return Ok(settle(slots));
     }
-    if fresh.is_empty() {
-        tx.finish().await?;
-        return Ok(answers(found, Vec::new()));
-    }
-    let (decided, sql) = match decide(db, &mut tx, mode, &fresh).await {
-        Ok(decided) => decided,
-        Err(failure) => return Err(tx.fail(failure).await),
-    };
-    for calling in &fresh {
-        before_commit(db, calling).await;
-    }
-    commit(tx, mode, &fresh, &sql).await?;
-    Ok(answers(found, decided))
 }
 
-/// Each call's answer, in order: a replay, or the next new call's outcome.
-fn answers(found: Vec<Found>, decided: Vec<StoredOutcome>) -> Vec<KeyedOutcome> {
-    let mut decided = decided.into_iter();
-    found
+/// A call of the attempt, and what has become of it.
+struct Slot<'a, 'c> {
+    calling: &'a Calling<'c>,
+    /// Its answer, once it has one: a replay, a refusal, or its committed outcome.
+    answer: Option<Answer>,
+    /// Its outcome in the last round of decisions.
+    decided: Option<StoredOutcome>,
+    /// The fault-injection point has seen it.
+    hooked: bool,
+}
+
+impl<'c> Slot<'_, 'c> {
+    /// Answers the call alone and leaves it out: the key row its probe inserted
+    /// is deleted with the writes.
+    fn drop_out(&mut self, error: Error, dropped: &mut Vec<&'c ScopedKey>) {
+        self.answer = Some(Err(error));
+        dropped.push(self.calling.key);
+    }
+}
+
+/// The calls still to be answered, in order.
+fn pending<'s, 'a, 'c>(slots: &'s [Slot<'a, 'c>]) -> impl Iterator<Item = &'s Slot<'a, 'c>> {
+    slots.iter().filter(|s| s.answer.is_none())
+}
+
+fn pending_mut<'s, 'a, 'c>(
+    slots: &'s mut [Slot<'a, 'c>],
+) -> impl Iterator<Item = &'s mut Slot<'a, 'c>> {
+    slots.iter_mut().filter(|s| s.answer.is_none())
+}
+
+/// Every call's answer, once each has one.
+fn settle(slots: Vec<Slot<'_, '_>>) -> Vec<Answer> {
+    slots
         .into_iter()
-        .filter_map(|found| match found {
-            Found::New => decided.next().map(|outcome| KeyedOutcome {
-                outcome,
-                replayed: false,
-            }),
-            Found::Replay(outcome) => Some(KeyedOutcome {
-                outcome,
-                replayed: true,
-            }),
-            Found::Reused => None,
+        .map(|s| {
+            s.answer
+                .unwrap_or_else(|| Err(Error::internal("an attempt left a call unanswered")))
         })
         .collect()
+}
+
+/// Claims the right to COMMIT for each call about to commit; when one may not
+/// (its caller left, its deadline passed), releases the others and names it.
+fn begin_commit(committing: &[&Call]) -> Result<(), (usize, Error)> {
+    for (n, call) in committing.iter().enumerate() {
+        if let Err(e) = call.begin_commit() {
+            for begun in committing.iter().take(n) {
+                begun.end_commit();
+            }
+            return Err((n, e));
+        }
+    }
+    Ok(())
 }
 
 /// Claims the calls' keys and tells new from duplicate.
@@ -182,8 +276,17 @@ fn found(row: &KeyRow, calling: &Calling<'_>, outcome: StoredOutcome) -> Found {
     }
 }
 
+/// The new calls' decisions, in order, and the batch that records them.
+struct Decided {
+    /// Each call's outcome, or the error that refuses it alone.
+    outcomes: Vec<Result<StoredOutcome, Error>>,
+    /// The writes, the outcomes stored, the dropped keys' rows deleted; COMMIT.
+    sql: String,
+}
+
 /// Locks what the new calls need, decides each in order against one book, and
-/// returns their outcomes and the batch that records them.
+/// returns their outcomes and the batch that records them; the rows of the
+/// `dropped` keys, and of any call refused here, are deleted by it.
 ///
 /// A key that is new here may still have had an effect, if retention purged its
 /// row (SPEC 3.5). A success finds out for free: its write meets the effect's
@@ -195,23 +298,27 @@ async fn decide(
     tx: &mut Tx<'_>,
     mode: Mode,
     fresh: &[Calling<'_>],
-) -> Result<(Vec<StoredOutcome>, String), Failure> {
+    dropped: &[&ScopedKey],
+) -> Result<Decided, Failure> {
     let needs: Vec<_> = fresh.iter().map(|c| c.command.needs()).collect();
     let mut book = load::book(tx, &needs, &db.inner.ids, &db.inner.reads).await?;
     let decided = decide_each(db, tx, mode, fresh, &mut book).await;
     let changes = book.into_changes();
     db.inner.ids.give_back(&changes.unused);
     let outcomes = decided?;
+    // One per call of the book, in its order (an entry names its call's key by
+    // index), then the dropped keys.
     let keys: Vec<KeyOutcome<'_>> = fresh
         .iter()
         .zip(&outcomes)
         .map(|(c, outcome)| KeyOutcome {
             key: c.key,
-            outcome,
+            outcome: outcome.as_ref().ok(),
         })
+        .chain(dropped.iter().map(|key| KeyOutcome { key, outcome: None }))
         .collect();
     let sql = writes::commit_batch(&changes, &keys, mode.batch)?;
-    Ok((outcomes, sql))
+    Ok(Decided { outcomes, sql })
 }
 
 async fn decide_each(
@@ -220,55 +327,50 @@ async fn decide_each(
     mode: Mode,
     fresh: &[Calling<'_>],
     book: &mut Book,
-) -> Result<Vec<StoredOutcome>, Failure> {
+) -> Result<Vec<Result<StoredOutcome, Error>>, Failure> {
     let mut outcomes = Vec::with_capacity(fresh.len());
     for calling in fresh {
         book.start_call(calling.key.key.clone());
         let decided = calling.command.decide(book);
-        book.finish_call(decided.is_ok());
-        if (mode.prove_unused || matches!(decided, Err(Refusal::Declined(_))))
-            && let Some(first) = effects::purged_use(tx, calling.key).await?
-        {
-            return Err(Failure::Final(
-                first.expired(Some(calling.command.method())),
-            ));
+        let purged = if mode.prove_unused || matches!(decided, Err(Refusal::Declined(_))) {
+            effects::purged_use(tx, calling.key).await?
+        } else {
+            None
+        };
+        // A call refused here leaves the book as it found it.
+        book.finish_call(decided.is_ok() && purged.is_none());
+        if let Some(first) = purged {
+            outcomes.push(Err(first.expired(Some(calling.command.method()))));
+            continue;
         }
         outcomes.push(match decided {
-            Ok(reply) => StoredOutcome::reply(reply),
-            Err(Refusal::Declined(decline)) => db.inner.encoder.declined(&decline),
+            Ok(reply) => Ok(StoredOutcome::reply(reply)),
+            Err(Refusal::Declined(decline)) => Ok(db.inner.encoder.declined(&decline)),
             Err(Refusal::Internal(detail)) => return Err(Error::internal(detail).into()),
         });
     }
     Ok(outcomes)
 }
 
-/// Sends the writes with COMMIT, if every new call may still commit, and
+/// Sends the writes with COMMIT (every call committing holds the right to) and
 /// settles each call's state by what the COMMIT did (SPEC 3.6).
 async fn commit(
     tx: Tx<'_>,
     mode: Mode,
-    fresh: &[Calling<'_>],
+    committing: &[&Call],
     sql: &str,
 ) -> Result<(), AttemptError> {
-    for (i, calling) in fresh.iter().enumerate() {
-        if let Err(e) = calling.call.begin_commit() {
-            for committing in fresh.iter().take(i) {
-                committing.call.end_commit();
-            }
-            return Err(tx.fail(Failure::Final(e)).await);
-        }
-    }
     match tx.commit(sql, mode.batch == writes::Batch::Guarded).await {
         Committed::Yes => Ok(()),
         Committed::No(failure) => {
-            for calling in fresh {
-                calling.call.end_commit();
+            for call in committing {
+                call.end_commit();
             }
             Err(failure)
         }
         Committed::Unknown(failure) => {
-            for calling in fresh {
-                calling.call.commit_unknown();
+            for call in committing {
+                call.commit_unknown();
             }
             tracing::debug!(error = ?failure, "whether the COMMIT took effect is not known; settling through the keys");
             // Whatever the failure, every call settles through its key.

@@ -19,14 +19,19 @@
 //!                                                        (one round trip)
 //! ```
 //!
-//! Anything out of the ordinary splits the batch: its calls rerun one by one on
-//! `keyed`'s path, where the probe settles each (SPEC 3.6). That covers a key whose
-//! original is still in flight elsewhere (the probe's lock wait passed), a call
-//! whose caller left or whose deadline passed before the COMMIT, a write that met
-//! a purged key's effect, a decline whose key may have had an effect, or a lost
-//! connection. Deadlocks, certification conflicts and a COMMIT whose outcome is
-//! not known (on a cluster, any failure of a guarded batch) retry the whole batch
-//! first: its probe settles each member, replaying the keys that committed.
+//! One member's trouble is its own (`attempt`): a reused key, a decline whose key
+//! had an effect that retention purged, or a caller that left or ran out of time
+//! before the COMMIT is answered alone, its key row deleted, and the others commit
+//! without it. The batch waits (for a connection, on a lock) as long as its most
+//! patient member may; a member out of time meanwhile is answered by its handler.
+//!
+//! Anything else out of the ordinary splits the batch: its calls rerun one by one
+//! on `keyed`'s path, where the probe settles each (SPEC 3.6). That covers a key
+//! whose original is still in flight elsewhere (the probe's lock wait passed), a
+//! write that met a purged key's effect, or a lost connection. Deadlocks,
+//! certification conflicts and a COMMIT whose outcome is not known (on a cluster,
+//! any failure of a guarded batch) retry the whole batch first: its probe settles
+//! each member, replaying the keys that committed.
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
@@ -37,7 +42,7 @@ use std::time::Duration;
 use futures::FutureExt as _;
 use tokio::sync::{mpsc, oneshot};
 
-use super::attempt::{self, Calling, Mode};
+use super::attempt::{self, Answer, Calling, Mode};
 use super::keyed;
 use crate::call::Call;
 use crate::db::Persistence;
@@ -262,9 +267,9 @@ async fn serve(db: &Persistence, batch: Vec<Member>) {
     let mut attempt = 1;
     loop {
         match attempt_batch(db, &members).await {
-            Ok(outcomes) => {
-                for (member, outcome) in members.into_iter().zip(outcomes) {
-                    let _ = member.answer.send(Ok(outcome));
+            Ok(answers) => {
+                for (member, answer) in members.into_iter().zip(answers) {
+                    let _ = member.answer.send(answer);
                 }
                 return;
             }
@@ -273,12 +278,12 @@ async fn serve(db: &Persistence, batch: Vec<Member>) {
                 // A member whose caller left, or whose deadline passed, meanwhile
                 // is answered now rather than bounding the next attempt.
                 members = answer_the_gone(members);
-                // Backs off as one call would; a delay the tightest deadline
-                // cannot afford splits the batch instead.
-                let Some(tightest) = tightest(members.iter().map(|m| &m.call)) else {
+                // Backs off as one call would; a delay no member can afford
+                // splits the batch instead.
+                let Some(loosest) = loosest(members.iter().map(|m| &m.call)) else {
                     return;
                 };
-                if !keyed::backoff(attempt, tightest).await {
+                if !keyed::backoff(attempt, loosest).await {
                     break;
                 }
                 attempt += 1;
@@ -351,17 +356,19 @@ impl From<AttemptError> for Split {
             // a committed key replays, a free one is decided again.
             AttemptError::Conflict => Self::Retry("conflict"),
             AttemptError::Unsettled(_) => Self::Retry("unsettled"),
-            AttemptError::Silent(reason) => Self::Unavailable(reason),
-            // The batch waited for a connection only as long as its tightest
-            // member could: each member waits again alone, as long as it can.
+            // The batch waited for a connection as long as its most patient member
+            // could: none of them would get one alone.
+            AttemptError::Silent(reason) | AttemptError::NoConnection(reason) => {
+                Self::Unavailable(reason)
+            }
             _ => Self::Apart,
         }
     }
 }
 
 /// One transaction for the batch, on the node its first member routes to; on
-/// success, each member's outcome in order.
-async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<KeyedOutcome>, Split> {
+/// success, each member's answer in order.
+async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<Answer>, Split> {
     let first = members.first().ok_or(Split::Apart)?;
     let route = db
         .inner
@@ -370,7 +377,10 @@ async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<Keyed
         .await;
     let node = db.inner.keyed.choose(&route);
     let pool = node.pool();
-    let tightest = tightest(members.iter().map(|m| &m.call)).unwrap_or(&first.call);
+    // The batch waits as long as its most patient member may; a member whose
+    // deadline passes meanwhile is answered by its handler and left out before
+    // COMMIT (`attempt`), and costs the others nothing.
+    let loosest = loosest(members.iter().map(|m| &m.call)).unwrap_or(&first.call);
     let calls: Vec<Calling<'_>> = members
         .iter()
         .map(|m| Calling {
@@ -381,9 +391,9 @@ async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<Keyed
         })
         .collect();
     let result = async {
-        let mut conn = checkout(pool, tightest).await?;
+        let mut conn = checkout(pool, loosest).await?;
         let lock_wait =
-            LockWait::lower(&mut conn, pool, tightest, db.inner.limits.lock_wait).await?;
+            LockWait::lower(&mut conn, pool, loosest, db.inner.limits.lock_wait).await?;
         // Read after checkout, it covers the connection checked out.
         let mode = Mode {
             batch: Persistence::batch(pool),
@@ -402,10 +412,10 @@ async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<Keyed
     result.map_err(Split::from)
 }
 
-/// The call with the least time left, which bounds the batch's waits; a call
+/// The call with the most time left, which bounds the batch's waits; a call
 /// without a deadline has the most.
-fn tightest<'a>(calls: impl Iterator<Item = &'a Call>) -> Option<&'a Call> {
-    calls.min_by_key(|call| call.remaining().unwrap_or(Duration::MAX))
+fn loosest<'a>(calls: impl Iterator<Item = &'a Call>) -> Option<&'a Call> {
+    calls.max_by_key(|call| call.remaining().unwrap_or(Duration::MAX))
 }
 
 #[cfg(test)]
@@ -414,19 +424,18 @@ mod tests {
 
     use tokio::time::Instant;
 
-    use super::tightest;
+    use super::loosest;
     use crate::call::Call;
 
     #[tokio::test]
-    async fn the_tightest_call_is_the_one_with_least_time_left() {
+    async fn the_loosest_call_is_the_one_with_most_time_left() {
         let unbounded = Call::unbounded();
         let later = Call::new(Some(Instant::now() + Duration::from_secs(60)));
         let soon = Call::new(Some(Instant::now() + Duration::from_secs(2)));
-        let calls = [&unbounded, &later, &soon, &Call::unbounded()];
-        let found = tightest(calls.into_iter()).map(Call::deadline);
-        assert_eq!(found, Some(soon.deadline()));
-        let found = tightest([&unbounded, &later].into_iter()).map(Call::deadline);
+        let found = loosest([&soon, &unbounded, &later].into_iter()).map(Call::deadline);
+        assert_eq!(found, Some(None), "no deadline is the most time");
+        let found = loosest([&soon, &later].into_iter()).map(Call::deadline);
         assert_eq!(found, Some(later.deadline()));
-        assert!(tightest(std::iter::empty()).is_none());
+        assert!(loosest(std::iter::empty()).is_none());
     }
 }

@@ -149,5 +149,6 @@ async fn run_once(
     lock_wait.restore(&mut conn, pool).await;
     result?
         .pop()
-        .ok_or_else(|| AttemptError::Final(Error::internal("an attempt answered no call")))
+        .unwrap_or_else(|| Err(Error::internal("an attempt answered no call")))
+        .map_err(AttemptError::Final)
 }

@@ -39,12 +39,13 @@ pub(crate) enum Batch {
     Guarded,
 }
 
-/// A new key and the outcome to store under it; the index of a key in a batch is
-/// the index of its call in the book.
+/// A new key and the outcome to store under it, or none: its row is deleted (its
+/// call left or was refused). The index of a key in a batch is the index of its
+/// call in the book.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct KeyOutcome<'a> {
     pub(crate) key: &'a ScopedKey,
-    pub(crate) outcome: &'a StoredOutcome,
+    pub(crate) outcome: Option<&'a StoredOutcome>,
 }
 
 /// The writes and COMMIT as one batch; guarded, also the check that they
@@ -54,12 +55,16 @@ pub(crate) fn commit_batch(
     keys: &[KeyOutcome<'_>],
     batch: Batch,
 ) -> Result<String, Error> {
+    let stored: Vec<(&ScopedKey, &StoredOutcome)> = keys
+        .iter()
+        .filter_map(|k| k.outcome.map(|outcome| (k.key, outcome)))
+        .collect();
     let claimed = match batch {
         Batch::Plain => None,
-        Batch::Guarded => keys.first().map(|first| {
+        Batch::Guarded => stored.first().map(|(first, _)| {
             format!(
                 "EXISTS (SELECT 1 FROM idempotency_keys WHERE {})",
-                idempotency::claimed_condition(first.key)
+                idempotency::claimed_condition(first)
             )
         }),
     };
@@ -89,16 +94,18 @@ pub(crate) fn commit_batch(
     // One UPDATE per key, each by its primary key, so it locks only its own row:
     // a single UPDATE with an IN list may be run as a scan of the index, locking
     // other transactions' key rows, and deadlocked with them.
-    for k in keys {
-        statements.push(idempotency::outcome_sql(k.key, k.outcome, guard.is_some()));
+    for (key, outcome) in &stored {
+        statements.push(idempotency::outcome_sql(key, outcome, guard.is_some()));
+    }
+    for k in keys.iter().filter(|k| k.outcome.is_none()) {
+        statements.push(idempotency::unclaim_sql(k.key));
     }
     statements.push("COMMIT".to_owned());
-    if batch == Batch::Guarded && !keys.is_empty() {
-        let committed: Vec<_> = keys.iter().map(|k| (k.key, k.outcome)).collect();
+    if batch == Batch::Guarded && !stored.is_empty() {
         statements.push(format!(
             "CALL ledger_require_committed((({}) = {n}))",
-            idempotency::committed_count_sql(&committed),
-            n = keys.len(),
+            idempotency::committed_count_sql(&stored),
+            n = stored.len(),
         ));
         statements.push("COMMIT".to_owned());
     }
@@ -125,7 +132,7 @@ mod tests {
         };
         let keys = [KeyOutcome {
             key: &key,
-            outcome: &outcome,
+            outcome: Some(&outcome),
         }];
         let changes = Changes::default();
         assert_eq!(
@@ -141,6 +148,45 @@ mod tests {
              FORCE INDEX (PRIMARY) WHERE (namespace, idempotency_key) IN ((x'', x'6b31')) \
              AND (namespace, idempotency_key, outcome_code, outcome) IN \
              ((x'', x'6b31', 9, x'ab'))) = 1)); COMMIT"
+        );
+    }
+
+    #[test]
+    fn a_dropped_key_is_deleted_and_not_checked() {
+        let (kept, dropped) = (
+            key(),
+            ScopedKey {
+                namespace: crate::ledger::Namespace::anonymous(),
+                key: crate::ledger::IdempotencyKey::parse("k", "k2".into()).unwrap(),
+            },
+        );
+        let outcome = StoredOutcome {
+            code: 0,
+            body: vec![0x01],
+        };
+        let keys = [
+            KeyOutcome {
+                key: &dropped,
+                outcome: None,
+            },
+            KeyOutcome {
+                key: &kept,
+                outcome: Some(&outcome),
+            },
+        ];
+        let sql = commit_batch(&Changes::default(), &keys, Batch::Guarded).unwrap();
+        assert!(
+            sql.starts_with(
+                "UPDATE idempotency_keys SET outcome_code = 0, outcome = x'01' \
+             WHERE namespace = x'' AND idempotency_key = x'6b31' AND outcome IS NULL; \
+             DELETE FROM idempotency_keys WHERE namespace = x'' AND idempotency_key = x'6b32' \
+             AND outcome IS NULL; COMMIT; "
+            ),
+            "{sql}"
+        );
+        assert!(
+            sql.contains(") = 1)); COMMIT"),
+            "only the stored key is checked: {sql}"
         );
     }
 

@@ -200,6 +200,16 @@ pub(crate) fn outcome_sql(key: &ScopedKey, outcome: &StoredOutcome, guarded: boo
     )
 }
 
+/// `DELETE` of a key's row that this transaction inserted and will not use (its
+/// call left or was refused): only while it holds no outcome, so a committed row
+/// is never touched.
+pub(crate) fn unclaim_sql(key: &ScopedKey) -> String {
+    format!(
+        "DELETE FROM idempotency_keys WHERE {}",
+        claimed_condition(key)
+    )
+}
+
 /// True when the key's committed row holds exactly this outcome (for the check
 /// after COMMIT).
 /// How many of `keys` have committed with their outcome: through the primary
