@@ -150,6 +150,13 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(0..=256))]
     pub batch_writers: u32,
 
+    /// Group commit: how long a writer waits for a batch before it leaves the batch
+    /// to finish on its own and serves its other accounts; calls on the batch's
+    /// accounts wait for it either way
+    #[arg(long, env = "LEDGER_BATCH_STALL", default_value = "20ms",
+        value_parser = parse_positive_duration)]
+    pub batch_stall: Duration,
+
     /// Keep idempotency key rows this long, then purge them in small batches (one
     /// instance of a fleet at a time); a retry of a purged key that took effect is
     /// refused as IDEMPOTENCY_KEY_EXPIRED. Unset: keys are kept forever
@@ -288,6 +295,7 @@ impl ServeArgs {
                 lock_wait: self.lock_wait_timeout,
                 max_attempts: self.max_attempts,
                 batch_writers: usize::try_from(self.batch_writers)?,
+                batch_stall: self.batch_stall,
             },
             migrate: !self.no_migrate,
             connect_timeout: self.database.connect_timeout,

@@ -365,6 +365,8 @@ async fn a_batch_overtaken_by_another_node_is_retried_whole() {
     let batching = Config {
         gate: Some(gate.clone()),
         batch_writers: Some(1),
+        // Waits out the busy call, so the three calls queue behind it.
+        batch_stall: Some(Duration::from_secs(3600)),
         ..Config::default()
     };
     let batching = on_node(&db, 0, batching).await;

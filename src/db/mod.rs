@@ -89,6 +89,10 @@ pub struct Limits {
     pub max_attempts: u32,
     /// Writers of group commit (`group`); 0 runs one transaction per call.
     pub batch_writers: usize,
+    /// How long a writer waits for its batch before it goes on without it
+    /// (`group`): a batch that takes longer runs on in a task of its own, and
+    /// the writer serves its other accounts meanwhile.
+    pub batch_stall: Duration,
 }
 
 /// Called inside each new-key transaction after its outcome is stored and before

@@ -17,6 +17,7 @@ const DB_UP: &str = "ledger_db_up";
 const BATCH_CALLS: &str = "ledger_batch_calls";
 const BATCH_SPLITS: &str = "ledger_batch_splits_total";
 const BATCH_WAITING: &str = "ledger_batch_waiting_calls";
+const BATCH_STALLS: &str = "ledger_batch_stalls_total";
 const KEYS_PURGED: &str = "ledger_keys_purged_total";
 const OLDEST_KEY_AGE: &str = "ledger_oldest_key_age_seconds";
 
@@ -71,6 +72,10 @@ fn describe() {
         BATCH_WAITING,
         "keyed calls waiting for a group-commit writer"
     );
+    describe_counter!(
+        BATCH_STALLS,
+        "group-commit batches that outlasted the stall bound and ran on apart from their writer"
+    );
     describe_counter!(KEYS_PURGED, "idempotency key rows deleted by retention");
     describe_gauge!(
         OLDEST_KEY_AGE,
@@ -122,6 +127,10 @@ pub fn batch_waiting(calls: isize) {
 
 pub fn batch_split() {
     counter!(BATCH_SPLITS).increment(1);
+}
+
+pub fn batch_stalled() {
+    counter!(BATCH_STALLS).increment(1);
 }
 
 pub fn keys_purged(rows: u64) {

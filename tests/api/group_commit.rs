@@ -1,7 +1,10 @@
 //! Group commit: calls that arrive while a writer is busy are served by one
-//! transaction, and every rule of SPEC 3 still holds for each of them. Each test
-//! runs one writer and makes it busy on purpose (a charge parked on an account a
-//! test connection holds), so the calls behind it queue and form the next batch.
+//! transaction, and every rule of SPEC 3 still holds for each of them. Most tests
+//! run one writer that waits out its batch however long it takes, and make it
+//! busy on purpose (a charge parked on an account a test connection holds), so
+//! the calls behind it queue and form the next batch. The last ones keep the
+//! service's stall bound, and show a stalled batch holding up only its own
+//! accounts.
 
 use std::time::Duration;
 
@@ -10,15 +13,17 @@ use mysql_async::prelude::Queryable as _;
 use tonic::Code;
 
 use crate::support::{
-    Config, Gate, HeldCharge, TestApp, TestDb, assert_audit_passes, charge, credit, raw_call,
-    reason, replayed, transfer, with_deadline,
+    Config, Gate, HeldCharge, TestApp, TestDb, assert_audit_passes, charge, credit, place_hold,
+    raw_call, reason, replayed, transfer, with_deadline,
 };
 
 type Client = ledger::proto::pb::ledger_client::LedgerClient<tonic::transport::Channel>;
 
+/// One writer, which waits out a batch parked for as long as any test runs.
 fn one_writer() -> Config {
     Config {
         batch_writers: Some(1),
+        batch_stall: Some(Duration::from_secs(3600)),
         ..Config::default()
     }
 }
@@ -543,10 +548,10 @@ async fn a_lost_batch_commit_is_settled_key_by_key() {
 }
 
 /// A call queued for a writer keeps its place under `--max-concurrent-calls` until
-/// it leaves the queue, also after its caller gave up: behind a stalled writer,
-/// short-deadline callers fill the limit and the rest are refused at once, so the
-/// queue never grows past it. Once the writer moves, the abandoned calls are
-/// dropped untouched and their places come back.
+/// it leaves the queue, also after its caller gave up: held back behind a stalled
+/// batch on their account, short-deadline callers fill the limit and the rest are
+/// refused at once, so the queue never grows past it. Once the batch ends, the
+/// abandoned calls are dropped untouched and their places come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stalled_writer_queues_no_more_calls_than_the_limit() {
     let db = TestDb::new();
@@ -555,12 +560,13 @@ async fn a_stalled_writer_queues_no_more_calls_than_the_limit() {
         &db,
         Config {
             max_concurrent_calls: Some(limit),
-            ..one_writer()
+            batch_writers: Some(1),
+            ..Config::default()
         },
     )
     .await;
     let account = app.funded_account("USD", 1_000).await;
-    let mut holder = app.busy_writer(&db).await;
+    let mut holder = app.busy_writer_on(&db, account).await;
     let mut client = app.client().await;
 
     let mut refused = 0;
@@ -583,7 +589,7 @@ async fn a_stalled_writer_queues_no_more_calls_than_the_limit() {
             app.persistence.waiting_calls()
         );
     }
-    // The busy call holds one place; three abandoned calls hold the others.
+    // The stalled call holds one place; three abandoned calls hold the others.
     assert_eq!(refused, 40 - (limit - 1));
 
     holder.query_drop("ROLLBACK").await.unwrap();
@@ -597,14 +603,18 @@ async fn a_stalled_writer_queues_no_more_calls_than_the_limit() {
     };
     tokio::time::timeout(Duration::from_secs(10), served)
         .await
-        .expect("places come back once the writer moves");
+        .expect("places come back once the stalled batch ends");
     assert_eq!(
         db.count("SELECT COUNT(*) FROM idempotency_keys WHERE idempotency_key LIKE 'short-%'")
             .await,
         0,
         "the abandoned calls left nothing"
     );
-    assert_eq!(db.balance(account).await, 999);
+    assert_eq!(
+        db.balance(account).await,
+        998,
+        "the stalled charge and the last"
+    );
 }
 
 /// A member with little time left does not spoil the batch for one with time: a
@@ -701,4 +711,110 @@ async fn a_member_short_of_time_costs_the_others_nothing() {
         .unwrap()
         .expect("a call with time left is served");
     assert_eq!(db.balance(account).await, 95);
+}
+
+/// A stall on one account holds up no other account of its writer: a duplicate
+/// of a key in flight on another instance waits on the key's row (up to the lock
+/// wait, 10 s), while a charge on another account through the same writer is
+/// served. Forced: the original is held before its COMMIT until that charge's
+/// reply has come; a writer that waited for the duplicate would serve the charge
+/// only after the duplicate gave up (IDEMPOTENCY_KEY_IN_PROGRESS).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_in_flight_elsewhere_holds_up_no_other_account() {
+    let db = TestDb::new();
+    let elsewhere = HeldCharge::start_with(
+        &db,
+        "dup",
+        Config {
+            batch_writers: Some(0),
+            ..Config::default()
+        },
+    )
+    .await;
+    let app = TestApp::spawn_with(
+        &db,
+        Config {
+            batch_writers: Some(1),
+            lock_wait: Duration::from_secs(10),
+            ..Config::default()
+        },
+    )
+    .await;
+    let account = elsewhere.account;
+    let other = app.funded_account("USD", 100).await;
+
+    let mut dup_client = app.client().await;
+    let duplicate =
+        tokio::spawn(async move { dup_client.charge(charge("dup", account, 10)).await });
+    db.until_parked(1).await;
+    let served = app
+        .client()
+        .await
+        .charge(charge("meanwhile", other, 5))
+        .await
+        .expect("served while the duplicate waits");
+    assert!(
+        !duplicate.is_finished(),
+        "the duplicate still waits on the key"
+    );
+    assert_eq!(served.into_inner().entry.unwrap().balance_after, 95);
+
+    elsewhere.gate.release();
+    elsewhere
+        .original
+        .await
+        .unwrap()
+        .expect("the original commits");
+    let replay = duplicate
+        .await
+        .unwrap()
+        .expect("the duplicate replays the original");
+    assert!(replayed(replay.metadata()));
+    assert_eq!(db.balance(account).await, 90);
+}
+
+/// A batch waiting for a block of ids, which it takes on a read connection while
+/// it holds its accounts' locks, holds up no other account of its writer. Forced:
+/// an outside transaction holds the row of `id_blocks` that hold ids come from, so
+/// the instance's first PlaceHold waits there until that charge's reply has come,
+/// while a charge on another account (with entry ids the instance took for the
+/// funding credits) is served; a writer that waited for the hold would serve the
+/// charge only after the hold gave up on its ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_waiting_for_ids_holds_up_no_other_account() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(
+        &db,
+        Config {
+            batch_writers: Some(1),
+            ..Config::default()
+        },
+    )
+    .await;
+    let holding = app.funded_account("USD", 100).await;
+    let other = app.funded_account("USD", 100).await;
+    let mut outside = db.sql().await;
+    outside.query_drop("BEGIN").await.unwrap();
+    outside
+        .query_drop("SELECT next_id FROM id_blocks WHERE name = 'holds' FOR UPDATE")
+        .await
+        .unwrap();
+
+    let mut hold_client = app.client().await;
+    let hold = tokio::spawn(async move {
+        hold_client
+            .place_hold(place_hold("hold", holding, 30, Duration::from_secs(600)))
+            .await
+    });
+    db.until_waiting_on("id_blocks", 1).await;
+    app.client()
+        .await
+        .charge(charge("meanwhile", other, 5))
+        .await
+        .expect("served while the hold waits for its ids");
+    assert!(!hold.is_finished(), "the hold still waits for its ids");
+
+    outside.query_drop("ROLLBACK").await.unwrap();
+    hold.await.unwrap().expect("placed once the block is taken");
+    assert_eq!(db.balance(other).await, 95);
 }

@@ -42,6 +42,9 @@ pub struct Config {
     /// Group-commit writers; `None`: `LEDGER_TEST_BATCH_WRITERS` if set, else the
     /// service's default.
     pub batch_writers: Option<usize>,
+    /// How long a writer waits for a batch before it serves its other accounts;
+    /// `None`: the service's default.
+    pub batch_stall: Option<Duration>,
 }
 
 impl Default for Config {
@@ -63,6 +66,7 @@ impl Default for Config {
             migrate: None,
             key_retention: None,
             batch_writers: None,
+            batch_stall: None,
         }
     }
 }
@@ -101,6 +105,9 @@ impl Config {
             .map(|v| v.parse().expect("LEDGER_TEST_BATCH_WRITERS is a number"));
         if let Some(writers) = self.batch_writers.or(from_env) {
             settings.limits.batch_writers = writers;
+        }
+        if let Some(stall) = self.batch_stall {
+            settings.limits.batch_stall = stall;
         }
         settings
     }
@@ -170,11 +177,21 @@ impl TestApp {
     /// Makes a one-writer instance's writer busy: a charge ("busy") on a fresh
     /// account that a connection to `db` holds locked, so the calls behind it queue
     /// and form the next batch. Rolling back (or dropping) the holder frees it.
+    /// Calls on other accounts queue behind it only on an instance whose writer
+    /// waits out a stalled batch (`batch_stall` longer than the test).
     pub async fn busy_writer(&self, db: &TestDb) -> mysql_async::Conn {
         let blocker = self.funded_account("USD", 10).await;
-        let holder = db.lock_account(blocker).await;
+        self.busy_writer_on(db, blocker).await
+    }
+
+    /// Stalls a batch on `account`: a charge of 1 ("busy") on it, which a
+    /// connection to `db` holds locked, so the calls on `account` behind it are
+    /// held back by their writer and form its next batch. Rolling back (or
+    /// dropping) the holder frees it.
+    pub async fn busy_writer_on(&self, db: &TestDb, account: u64) -> mysql_async::Conn {
+        let holder = db.lock_account(account).await;
         let mut client = self.client().await;
-        tokio::spawn(async move { client.charge(super::charge("busy", blocker, 1)).await });
+        tokio::spawn(async move { client.charge(super::charge("busy", account, 1)).await });
         db.until_waiting_on("accounts", 1).await;
         holder
     }

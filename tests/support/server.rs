@@ -255,7 +255,7 @@ impl TestDb {
 
     /// Statements on this test's database waiting for a row lock of `table`
     /// (`idempotency_keys`: probes; `key lookups`: LookupKey; `accounts`: account
-    /// locks). MySQL lists every
+    /// locks; `id_blocks`: blocks of ids taken). MySQL lists every
     /// waiting lock in `performance_schema.data_locks`. MariaDB has no such table,
     /// and its INNODB_TRX snapshot is refreshed only when it was not read for 100
     /// ms, which a poll defeats; so there a statement counts while it is still
@@ -266,6 +266,7 @@ impl TestDb {
                 "idempotency_keys" => "INSERT INTO idempotency_keys%",
                 "key lookups" => "SELECT%FROM idempotency_keys%LOCK IN SHARE MODE%",
                 "accounts" => "%FROM accounts WHERE account_id IN%FOR UPDATE%",
+                "id_blocks" => "UPDATE id_blocks%",
                 other => panic!("no statement pattern for {other}"),
             };
             conn.exec_first(

@@ -19,6 +19,8 @@
 //! (`call`) follows the COMMIT: an answer lost with it leaves the call uncertain,
 //! and the next attempt's probe settles it.
 
+use tokio::time::Instant;
+
 use super::load;
 use super::writes::{self, KeyOutcome};
 use crate::call::Call;
@@ -301,7 +303,8 @@ async fn decide(
     dropped: &[&ScopedKey],
 ) -> Result<Decided, Failure> {
     let needs: Vec<_> = fresh.iter().map(|c| c.command.needs()).collect();
-    let mut book = load::book(tx, &needs, &db.inner.ids, &db.inner.reads).await?;
+    let until = latest_deadline(fresh);
+    let mut book = load::book(tx, &needs, &db.inner.ids, &db.inner.reads, until).await?;
     let decided = decide_each(db, tx, mode, fresh, &mut book).await;
     let changes = book.into_changes();
     db.inner.ids.give_back(&changes.unused);
@@ -319,6 +322,17 @@ async fn decide(
         .collect();
     let sql = writes::commit_batch(&changes, &keys, mode.batch)?;
     Ok(Decided { outcomes, sql })
+}
+
+/// The latest of the calls' deadlines, which bounds the batch's waits outside its
+/// transaction (a block of ids); `None` when one of them has none.
+fn latest_deadline(calls: &[Calling<'_>]) -> Option<Instant> {
+    let mut latest: Option<Instant> = None;
+    for calling in calls {
+        let deadline = calling.call.deadline()?;
+        latest = Some(latest.map_or(deadline, |l| l.max(deadline)));
+    }
+    latest
 }
 
 async fn decide_each(

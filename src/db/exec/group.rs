@@ -5,8 +5,13 @@
 //! Batching is natural: each writer serves the calls of a share of the accounts
 //! (by account id) and takes every call waiting when it becomes free (up to
 //! [`MAX_BATCH`]); an idle service runs each call at once, alone. All the calls on
-//! a hot account meet in one writer's queue, and share its COMMITs. A batch's
-//! transaction is the one a lone call runs (`attempt`), for many keys:
+//! a hot account meet in one writer's queue, and share its COMMITs. A writer
+//! waits for its batch only as long as a batch takes when nothing holds it up
+//! (`--batch-stall`, 20 ms): one that waits longer (on a key in flight elsewhere,
+//! a lock, a retry's backoff, a block of ids) finishes in a task of its own, and
+//! only the calls naming its accounts, entries or holds wait for it; the writer
+//! serves its other accounts meanwhile (`writer`). A batch's transaction is the
+//! one a lone call runs (`attempt`), for many keys:
 //!
 //! ```text
 //! INSERT INTO idempotency_keys VALUES (k1), (k2), ... ON DUPLICATE KEY UPDATE ...   (keys sorted)
@@ -34,16 +39,15 @@
 //! each member, replaying the keys that committed.
 
 use std::collections::HashSet;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures::FutureExt as _;
 use tokio::sync::{mpsc, oneshot};
 
 use super::attempt::{self, Answer, Calling, Mode};
 use super::keyed;
+use super::writer::Writer;
 use crate::call::Call;
 use crate::db::Persistence;
 use crate::db::conn::failure::AttemptError;
@@ -107,9 +111,9 @@ struct Shard {
 }
 
 /// The writers' queues. Each writer serves the calls of a share of the accounts,
-/// so all the calls on one account meet in one queue and batch there, while a
-/// writer that waits (on a key still in flight elsewhere, on a lock) holds up
-/// only its own share.
+/// so all the calls on one account meet in one queue and batch there; a batch that
+/// waits (on a key still in flight elsewhere, on a lock) past the stall bound holds
+/// up only the calls on what it names.
 pub(crate) struct Queue {
     shards: Vec<Shard>,
     /// Keys queued or in a batch here: a second call with one of them does not
@@ -204,42 +208,15 @@ pub(crate) struct Writers {
 
 impl Writers {
     pub(crate) fn run(self, db: &Persistence) {
-        for (mut receiver, waiting) in self.receivers {
-            let db = db.weak();
-            tokio::spawn(async move {
-                while let Some(batch) = next_batch(&mut receiver).await {
-                    waiting.fetch_sub(batch.len(), Ordering::SeqCst);
-                    metrics::batch_waiting(-isize::try_from(batch.len()).unwrap_or(isize::MAX));
-                    let Some(db) = db.upgrade() else { return };
-                    // Tracked, so shutdown waits for the batch to commit or roll
-                    // back; run in the writer's own task, so a lone call crosses no
-                    // more tasks than without group commit. A panic is caught, so
-                    // the writer goes on (its members are answered as dropped).
-                    let served = db.inner.tasks.track_future(serve(&db, batch));
-                    if AssertUnwindSafe(served).catch_unwind().await.is_err() {
-                        tracing::error!("a batch panicked; its calls were dropped");
-                    }
-                }
-            });
+        let stall = db.inner.limits.batch_stall;
+        for (receiver, waiting) in self.receivers {
+            tokio::spawn(Writer::new(receiver, waiting, stall).run(db.weak()));
         }
     }
-}
-
-/// Waits for one call, then takes every call already waiting, up to [`MAX_BATCH`].
-async fn next_batch(receiver: &mut mpsc::UnboundedReceiver<Member>) -> Option<Vec<Member>> {
-    let first = receiver.recv().await?;
-    let mut batch = vec![first];
-    while batch.len() < MAX_BATCH {
-        match receiver.try_recv() {
-            Ok(member) => batch.push(member),
-            Err(_) => break,
-        }
-    }
-    Some(batch)
 }
 
 /// Serves a batch: every member is answered.
-async fn serve(db: &Persistence, batch: Vec<Member>) {
+pub(super) async fn serve(db: &Persistence, batch: Vec<Member>) {
     let mut members = Vec::with_capacity(batch.len());
     let mut keys = HashSet::new();
     for member in batch {

@@ -9,15 +9,21 @@
 //! a call that did not use them go back; a restarted instance leaves the rest of
 //! its blocks unused. No lock is held across a round trip: callers that find the
 //! kind used up each take a block, and every block taken is used.
+//!
+//! A transaction takes a block while it holds its rows' locks, so the wait is
+//! bounded: each attempt by [`BLOCK_TIMEOUT`], and all of them by the deadline of
+//! the call (of a batch, its member with the most time left) it is taken for.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU64;
 use std::ops::Range;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Unsigned};
 use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
+use tokio::time::Instant;
 
 use crate::db::conn::failure::Failure;
 use crate::db::conn::pool::Pool;
@@ -32,7 +38,7 @@ const MAX_BLOCKS_PER_RESERVATION: usize = 3;
 /// Attempts at taking a block when a cluster reports a conflict.
 const BLOCK_ATTEMPTS: u32 = 5;
 /// The longest one attempt may take: two statements on a pooled connection.
-const BLOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const BLOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -76,11 +82,21 @@ pub(crate) struct Ids {
 
 impl Ids {
     /// Reserves ids for the rows `counts` may create, taking blocks through the
-    /// read pool when a kind is used up.
-    pub(crate) async fn reserve(&self, counts: RowCounts, pool: &Pool) -> Result<NewIds, Failure> {
-        let accounts = self.take(Kind::Accounts, counts.accounts, pool).await?;
-        let entries = self.take(Kind::Entries, counts.entries, pool).await?;
-        let holds = self.take(Kind::Holds, counts.holds, pool).await?;
+    /// read pool when a kind is used up, until `until` at the latest (`None`: as
+    /// long as the attempts at a block take).
+    pub(crate) async fn reserve(
+        &self,
+        counts: RowCounts,
+        pool: &Pool,
+        until: Option<Instant>,
+    ) -> Result<NewIds, Failure> {
+        let accounts = self
+            .take(Kind::Accounts, counts.accounts, pool, until)
+            .await?;
+        let entries = self
+            .take(Kind::Entries, counts.entries, pool, until)
+            .await?;
+        let holds = self.take(Kind::Holds, counts.holds, pool, until).await?;
         Ok(NewIds {
             accounts: ids(accounts, AccountId::new),
             entries: ids(entries, EntryId::new),
@@ -106,7 +122,13 @@ impl Ids {
         }
     }
 
-    async fn take(&self, kind: Kind, n: usize, pool: &Pool) -> Result<Vec<u64>, Failure> {
+    async fn take(
+        &self,
+        kind: Kind,
+        n: usize,
+        pool: &Pool,
+        until: Option<Instant>,
+    ) -> Result<Vec<u64>, Failure> {
         let mut taken = Vec::with_capacity(n);
         // One block covers any call; a second, a reservation that a block's
         // end splits. More means blocks are being taken by others as fast.
@@ -117,7 +139,7 @@ impl Ids {
             }
             // Without the lock: another caller may take a block meanwhile; both
             // blocks go into the free list.
-            let block = take_block(kind, pool).await?;
+            let block = take_block(kind, pool, until).await?;
             if let Ok(mut free) = self.free.lock() {
                 free.of(kind).push_back(block);
             }
@@ -188,22 +210,31 @@ struct End {
 }
 
 /// Moves the kind's `next_id` on by a block, committed at once (a read
-/// connection runs in autocommit), and returns the block. It runs outside the
-/// caller's transaction, so a failure here is final for the attempt: nothing of it
-/// was recorded.
-async fn take_block(kind: Kind, pool: &Pool) -> Result<Range<u64>, Failure> {
+/// connection runs in autocommit), and returns the block; gives up at `until`.
+/// It runs outside the caller's transaction, so a failure here is final for the
+/// attempt: nothing of it was recorded.
+async fn take_block(
+    kind: Kind,
+    pool: &Pool,
+    until: Option<Instant>,
+) -> Result<Range<u64>, Failure> {
     let unavailable = |e: String| Failure::Final(Error::unavailable(format!("taking ids: {e}")));
     let mut attempt = 1;
     loop {
-        let taken = tokio::time::timeout(BLOCK_TIMEOUT, try_take_block(kind, pool)).await;
+        let bound = Instant::now() + BLOCK_TIMEOUT;
+        let bound = until.map_or(bound, |until| until.min(bound));
+        let taken = tokio::time::timeout_at(bound, try_take_block(kind, pool)).await;
         match taken {
             Ok(Ok(block)) => return Ok(block),
             // A cluster may abort the autocommit statement for a conflicting one.
-            Ok(Err(e)) if attempt < BLOCK_ATTEMPTS => {
+            Ok(Err(e)) if attempt < BLOCK_ATTEMPTS && until.is_none_or(|u| Instant::now() < u) => {
                 tracing::debug!(error = %e, attempt, "taking a block of ids failed; retrying");
                 attempt += 1;
             }
             Ok(Err(e)) => return Err(unavailable(e)),
+            Err(_) if until.is_some_and(|u| u <= bound) => {
+                return Err(unavailable("no answer before the call's deadline".into()));
+            }
             Err(_) => return Err(unavailable(format!("no answer within {BLOCK_TIMEOUT:?}"))),
         }
     }

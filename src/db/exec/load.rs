@@ -15,6 +15,7 @@
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
+use tokio::time::Instant;
 
 use super::ids::Ids;
 use crate::db::conn::failure::Failure;
@@ -24,12 +25,14 @@ use crate::db::tables::{accounts, entries, holds};
 use crate::ledger::book::{AccountRow, RowCounts};
 use crate::ledger::{AccountId, Book, EntryId, Hold, HoldId, Needs};
 
-/// Locks what `needs` name and reserves ids for what they may create.
+/// Locks what `needs` name and reserves ids for what they may create, waiting for
+/// a block of ids until `until` at the latest.
 pub(crate) async fn book(
     tx: &mut Tx<'_>,
     needs: &[Needs],
     ids: &Ids,
     reads: &Pool,
+    until: Option<Instant>,
 ) -> Result<Book, Failure> {
     let named_entries: Vec<EntryId> = sorted(needs.iter().flat_map(|n| n.entries.iter().copied()));
     let named_holds: Vec<HoldId> = sorted(needs.iter().flat_map(|n| n.holds.iter().copied()));
@@ -68,7 +71,7 @@ pub(crate) async fn book(
     let creates = needs
         .iter()
         .fold(RowCounts::default(), |sum, n| sum.plus(n.creates));
-    let ids = ids.reserve(creates, reads).await?;
+    let ids = ids.reserve(creates, reads, until).await?;
     Ok(Book::new(now, accounts, entries, holds, ids))
 }
 

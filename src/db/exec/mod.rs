@@ -7,6 +7,8 @@
 //!   probe, decide, write, COMMIT, settle.
 //! - `keyed`: one keyed call's attempts, with its retries.
 //! - `group`: group commit, a batch's attempts, retried whole or split.
+//! - `writer`: a group-commit writer's loop: batches taken, and a stalled one
+//!   left to finish apart, holding back only the calls on its accounts.
 //! - `load`: locks what an operation needs, in ascending id order.
 //! - `writes`: what a decision changed, sent with the COMMIT.
 //! - `ids`: new ids, taken from the database in blocks.
@@ -16,4 +18,5 @@ pub(crate) mod group;
 pub(crate) mod ids;
 pub(crate) mod keyed;
 pub(crate) mod load;
+mod writer;
 pub(crate) mod writes;
