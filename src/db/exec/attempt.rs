@@ -2,6 +2,8 @@
 //! call and for a batch of calls sharing a connection:
 //!
 //! ```text
+//! only if the calls name entries or holds: find their accounts (`load::locate`),
+//!   then ROLLBACK, so the transaction the probe begins has no snapshot yet
 //! probe the keys: one key, affected rows 1 (new) or 0 (duplicate), anything
 //!   else an internal error; several keys, one statement, and their rows read
 //!   back under lock unless it inserted a row for every key
@@ -72,6 +74,11 @@ pub(super) async fn transaction(
     mode: Mode,
     calls: &[Calling<'_>],
 ) -> Result<Vec<KeyedOutcome>, AttemptError> {
+    let needs: Vec<_> = calls.iter().map(|c| c.command.needs()).collect();
+    let located = match load::locate(&mut tx, &needs).await {
+        Ok(located) => located,
+        Err(failure) => return Err(tx.fail(failure).await),
+    };
     let found = match claim(&mut tx, calls).await {
         Ok(found) => found,
         Err(failure) => return Err(tx.fail(failure).await),
@@ -96,7 +103,7 @@ pub(super) async fn transaction(
         tx.finish().await?;
         return Ok(answers(found, Vec::new()));
     }
-    let (decided, sql) = match decide(db, &mut tx, mode, &fresh).await {
+    let (decided, sql) = match decide(db, &mut tx, mode, &fresh, &located).await {
         Ok(decided) => decided,
         Err(failure) => return Err(tx.fail(failure).await),
     };
@@ -195,9 +202,10 @@ async fn decide(
     tx: &mut Tx<'_>,
     mode: Mode,
     fresh: &[Calling<'_>],
+    located: &load::Located,
 ) -> Result<(Vec<StoredOutcome>, String), Failure> {
     let needs: Vec<_> = fresh.iter().map(|c| c.command.needs()).collect();
-    let mut book = load::book(tx, &needs, &db.inner.ids, &db.inner.reads).await?;
+    let mut book = load::book(tx, &needs, located, &db.inner.ids, &db.inner.reads).await?;
     let decided = decide_each(db, tx, mode, fresh, &mut book).await;
     let changes = book.into_changes();
     db.inner.ids.give_back(&changes.unused);

@@ -21,10 +21,15 @@ use crate::ledger::{
     AccountId, Amount, Currency, Description, Hold, HoldId, HoldState, IdempotencyKey, ScopedKey,
 };
 
-/// The accounts of the named holds (a plain read: a hold's account never changes).
+/// The named holds that exist, with their accounts (a plain read: a hold's
+/// account never changes).
 pub(crate) async fn locate(tx: &mut Tx<'_>, ids: &[HoldId]) -> Result<Vec<Located>, Failure> {
     let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
-    let sql = Sql::with_ids("SELECT account_id FROM holds WHERE hold_id", &ids, "");
+    let sql = Sql::with_ids(
+        "SELECT hold_id AS id, account_id FROM holds WHERE hold_id",
+        &ids,
+        "",
+    );
     tx.load(Step::Locate, sql).await
 }
 
@@ -112,7 +117,7 @@ pub(crate) fn lock_held_sql(accounts: &[u64]) -> Sql<'static> {
     )
 }
 
-/// Locks the named holds.
+/// Locks the named holds, which exist (see `entries::lock`).
 pub(crate) async fn lock(tx: &mut Tx<'_>, ids: &[HoldId]) -> Result<Vec<Hold>, Failure> {
     let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
     Ok(parse(tx.load(Step::LockHolds, lock_sql(&ids)).await?)?)
