@@ -162,7 +162,7 @@ async fn load_holds(
     let mut read = if holding.is_empty() {
         Vec::new()
     } else {
-        holds::lock_held(tx, &holding).await?
+        holds::read_held(tx, &holding).await?
     };
     for row in accounts.iter_mut() {
         row.account.held = read
