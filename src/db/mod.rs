@@ -49,10 +49,6 @@ pub fn keyed_reads(
             "lock accounts",
             tables::accounts::lock_sql(accounts).literal(),
         ),
-        (
-            "lock held holds",
-            tables::holds::lock_held_sql(accounts).literal(),
-        ),
         ("lock holds", tables::holds::lock_sql(holds).literal()),
         ("lock entries", tables::entries::lock_sql(entries).literal()),
         (

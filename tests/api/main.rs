@@ -24,6 +24,7 @@ mod holds;
 mod hostile;
 mod journal;
 mod lookup;
+mod neighbours;
 mod operations;
 mod outage;
 mod plans;

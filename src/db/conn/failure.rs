@@ -68,6 +68,8 @@ pub(crate) enum Step {
     /// Finding the accounts of the entries and holds a request names.
     Locate,
     LockAccounts,
+    /// Reading the held holds of the locked accounts (a plain read).
+    ReadHolds,
     LockHolds,
     LockEntries,
     Commit,

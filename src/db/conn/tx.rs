@@ -112,10 +112,18 @@ impl<'c> Tx<'c> {
 
     /// Ends a transaction that wrote nothing (a replay, a read).
     pub(crate) async fn finish(mut self) -> Result<(), AttemptError> {
-        match self.batch("ROLLBACK").await {
+        match self.batch(Step::Commit, "ROLLBACK").await {
             Ok(()) => Ok(()),
             Err(failure) => Err(self.fail(failure).await),
         }
+    }
+
+    /// Ends the transaction that the reads so far began, and keeps the connection
+    /// for the next: on a session without autocommit a plain read begins a
+    /// transaction and fixes its snapshot, and the next statement after this
+    /// begins a new one, with no snapshot yet. `step`: the reads'.
+    pub(crate) async fn end_reads(&mut self, step: Step) -> Result<(), Failure> {
+        self.batch(step, "ROLLBACK").await
     }
 
     /// Sends the final writes and COMMIT (`sql`, ending in COMMIT). `guarded`
@@ -123,7 +131,7 @@ impl<'c> Tx<'c> {
     /// it unknown whether the writes committed, unless it is one only a write
     /// before the COMMIT can raise.
     pub(crate) async fn commit(mut self, sql: &str, guarded: bool) -> Committed {
-        let failure = match self.batch(sql).await {
+        let failure = match self.batch(Step::Commit, sql).await {
             Ok(()) => return Committed::Yes,
             Err(failure) => failure,
         };
@@ -143,10 +151,10 @@ impl<'c> Tx<'c> {
         }
     }
 
-    async fn batch(&mut self, sql: &str) -> Result<(), Failure> {
+    async fn batch(&mut self, step: Step, sql: &str) -> Result<(), Failure> {
         self.open = true;
         let answer = tokio::time::timeout(self.bound, self.conn.batch_execute(sql)).await;
-        self.answered(Step::Commit, answer)?;
+        self.answered(step, answer)?;
         self.open = false;
         Ok(())
     }

@@ -2,6 +2,8 @@
 //! call and for a batch of calls sharing a connection:
 //!
 //! ```text
+//! only if the calls name entries or holds: find their accounts (`load::locate`),
+//!   then ROLLBACK, so the transaction the probe begins has no snapshot yet
 //! probe the keys: one key, affected rows 1 (new) or 0 (duplicate), anything
 //!   else an internal error; several keys, one statement, and their rows read
 //!   back under lock unless it inserted a row for every key
@@ -85,6 +87,11 @@ pub(super) async fn transaction(
     mode: Mode,
     calls: &[Calling<'_>],
 ) -> Result<Vec<Answer>, AttemptError> {
+    let needs: Vec<_> = calls.iter().map(|c| c.command.needs()).collect();
+    let located = match load::locate(&mut tx, &needs).await {
+        Ok(located) => located,
+        Err(failure) => return Err(tx.fail(failure).await),
+    };
     let found = match claim(&mut tx, calls).await {
         Ok(found) => found,
         Err(failure) => return Err(tx.fail(failure).await),
@@ -125,7 +132,7 @@ pub(super) async fn transaction(
             tx.finish().await?;
             return Ok(settle(slots));
         }
-        let decided = match decide(db, &mut tx, mode, &deciding, &dropped).await {
+        let decided = match decide(db, &mut tx, mode, &deciding, &located, &dropped).await {
             Ok(decided) => decided,
             Err(failure) => return Err(tx.fail(failure).await),
         };
@@ -300,11 +307,12 @@ async fn decide(
     tx: &mut Tx<'_>,
     mode: Mode,
     fresh: &[Calling<'_>],
+    located: &load::Located,
     dropped: &[&ScopedKey],
 ) -> Result<Decided, Failure> {
     let needs: Vec<_> = fresh.iter().map(|c| c.command.needs()).collect();
     let until = latest_deadline(fresh);
-    let mut book = load::book(tx, &needs, &db.inner.ids, &db.inner.reads, until).await?;
+    let mut book = load::book(tx, &needs, located, &db.inner.ids, &db.inner.reads, until).await?;
     let decided = decide_each(db, tx, mode, fresh, &mut book).await;
     let changes = book.into_changes();
     db.inner.ids.give_back(&changes.unused);

@@ -183,7 +183,7 @@ impl Queue {
 }
 
 /// The writer of a call: by the lowest account it names, else the lowest entry
-/// or hold (whose account is found only under lock), else its key.
+/// or hold (whose account is found only when its transaction runs), else its key.
 fn route(member: &Member, writers: usize) -> usize {
     use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
     let needs = member.command.needs();

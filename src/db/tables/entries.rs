@@ -19,18 +19,24 @@ use crate::ledger::{
     ScopedKey,
 };
 
-/// The account of an entry or a hold.
+/// An entry or a hold, and its account.
 #[derive(Debug, QueryableByName)]
 pub(crate) struct Located {
+    #[diesel(sql_type = Unsigned<BigInt>)]
+    pub(crate) id: u64,
     #[diesel(sql_type = Unsigned<BigInt>)]
     pub(crate) account_id: u64,
 }
 
-/// The accounts of the named entries (a plain read: an entry's account never
-/// changes).
+/// The named entries that exist, with their accounts (a plain read: an entry's
+/// account never changes).
 pub(crate) async fn locate(tx: &mut Tx<'_>, ids: &[EntryId]) -> Result<Vec<Located>, Failure> {
     let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
-    let sql = Sql::with_ids("SELECT account_id FROM entries WHERE entry_id", &ids, "");
+    let sql = Sql::with_ids(
+        "SELECT entry_id AS id, account_id FROM entries WHERE entry_id",
+        &ids,
+        "",
+    );
     tx.load(Step::Locate, sql).await
 }
 
@@ -61,7 +67,9 @@ pub(crate) fn lock_sql(ids: &[u64]) -> Sql<'static> {
 }
 
 /// Locks the named entries, after their accounts (a refund of an entry holds its
-/// account's lock, so this never waits).
+/// account's lock, so this never waits). Only entries known to exist are named
+/// here: a locking read of a missing key would lock the gap where it would be,
+/// and with it the inserts of other accounts' entries.
 pub(crate) async fn lock(tx: &mut Tx<'_>, ids: &[EntryId]) -> Result<Vec<EntryRow>, Failure> {
     let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
     let rows: Vec<LockedRow> = tx.load(Step::LockEntries, lock_sql(&ids)).await?;

@@ -21,10 +21,15 @@ use crate::ledger::{
     AccountId, Amount, Currency, Description, Hold, HoldId, HoldState, IdempotencyKey, ScopedKey,
 };
 
-/// The accounts of the named holds (a plain read: a hold's account never changes).
+/// The named holds that exist, with their accounts (a plain read: a hold's
+/// account never changes).
 pub(crate) async fn locate(tx: &mut Tx<'_>, ids: &[HoldId]) -> Result<Vec<Located>, Failure> {
     let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
-    let sql = Sql::with_ids("SELECT account_id FROM holds WHERE hold_id", &ids, "");
+    let sql = Sql::with_ids(
+        "SELECT hold_id AS id, account_id FROM holds WHERE hold_id",
+        &ids,
+        "",
+    );
     tx.load(Step::Locate, sql).await
 }
 
@@ -86,33 +91,33 @@ fn parse(rows: Vec<Row>) -> Result<Vec<Hold>, Error> {
     rows.into_iter().map(Row::into_hold).collect()
 }
 
-/// Locks the holds still in state HELD (expired or not) of the accounts, after
-/// the accounts themselves: every change to an account's holds holds its lock.
-pub(crate) async fn lock_held(
+/// The holds still in state HELD (expired or not) of the accounts, which the
+/// transaction has locked: a plain read, which locks nothing.
+///
+/// Every change to an account's holds is made holding the account's lock, so
+/// once the transaction holds it the account's holds stay as they are, and a
+/// snapshot taken after the lock was granted is exact. This must be the
+/// transaction's first plain read, or come after it with nothing but locking
+/// reads before: the first fixes the snapshot (`load` keeps every earlier read
+/// a locking one). A locking read here would lock the index's gaps around these
+/// holds, and with them the inserts of the neighbouring accounts' holds.
+pub(crate) async fn read_held(
     tx: &mut Tx<'_>,
     accounts: &[AccountId],
 ) -> Result<Vec<Hold>, Failure> {
     let ids: Vec<u64> = accounts.iter().map(|id| id.get()).collect();
-    Ok(parse(tx.load(Step::LockHolds, lock_held_sql(&ids)).await?)?)
-}
-
-/// The statement of [`lock_held`]: through the accounts' index, forced, since on a
-/// small table the optimizer may prefer a scan of the primary key, which would
-/// lock every account's holds. (The order rows are locked in within one statement
-/// does not matter here: an account's holds change only under its lock.)
-pub(crate) fn lock_held_sql(accounts: &[u64]) -> Sql<'static> {
-    Sql::with_ids(
+    let sql = Sql::with_ids(
         &format!(
-            "SELECT {LOCK_COLUMNS} FROM holds FORCE INDEX (holds_by_account) \
-             WHERE state = {held} AND account_id",
+            "SELECT {LOCK_COLUMNS} FROM holds WHERE state = {held} AND account_id",
             held = HoldState::Held.code()
         ),
-        accounts,
-        " FOR UPDATE",
-    )
+        &ids,
+        "",
+    );
+    Ok(parse(tx.load(Step::ReadHolds, sql).await?)?)
 }
 
-/// Locks the named holds.
+/// Locks the named holds, which exist (see `entries::lock`).
 pub(crate) async fn lock(tx: &mut Tx<'_>, ids: &[HoldId]) -> Result<Vec<Hold>, Failure> {
     let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
     Ok(parse(tx.load(Step::LockHolds, lock_sql(&ids)).await?)?)
