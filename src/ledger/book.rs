@@ -423,6 +423,7 @@ impl Book {
             refunded_entry: posting.refunded_entry,
             hold: posting.hold,
             leg: posting.leg,
+            sequence: None,
         };
         let place = self.new_entries.iter().filter(|e| e.call == call).count();
         let place = u16::try_from(place).map_err(|_| {

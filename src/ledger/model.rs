@@ -146,6 +146,9 @@ pub struct Entry {
     pub hold: Option<HoldId>,
     /// Posts: the index of the leg that wrote it; 0 otherwise.
     pub leg: u16,
+    /// Its place in the ledger-wide change stream (SPEC 3.8), once assigned: an
+    /// entry gets one after it commits, so a keyed call's own reply has none.
+    pub sequence: Option<u64>,
 }
 
 /// Money reserved on an account until it is captured, voided, or expires.

@@ -32,6 +32,7 @@ pub fn entry_message(entry: &Entry) -> pb::Entry {
         refunded_entry_id: entry.refunded_entry.map_or(0, EntryId::get),
         hold_id: entry.hold.map_or(0, HoldId::get),
         leg: u32::from(entry.leg),
+        sequence: entry.sequence.unwrap_or(0),
     }
 }
 

@@ -123,11 +123,13 @@ struct FullRow {
     hold_id: Option<u64>,
     #[diesel(sql_type = Unsigned<SmallInt>)]
     post_leg: u16,
+    #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
+    sequence: Option<u64>,
 }
 
 const FULL_COLUMNS: &str = "entry_id, account_id, account_seq, kind, amount, currency, \
     balance_after, idempotency_key, description, created_at, counterparty_account_id, \
-    refunded_entry_id, hold_id, post_leg";
+    refunded_entry_id, hold_id, post_leg, sequence";
 
 impl FullRow {
     fn into_entry(self) -> Result<(u64, Entry), Error> {
@@ -160,6 +162,7 @@ impl FullRow {
                 .transpose()
                 .map_err(bad)?,
             leg: self.post_leg,
+            sequence: self.sequence,
         };
         Ok((self.account_seq, entry))
     }
