@@ -211,6 +211,7 @@ impl Application {
             "shutting down: NOT_SERVING, then draining calls in flight"
         );
         stop_watching.cancel();
+        persistence.close_watchers();
         let _ = watcher.await;
         if let Some(purger) = purger {
             let _ = purger.await;

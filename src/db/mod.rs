@@ -5,6 +5,7 @@
 //!
 //! - `exec`: the exactly-once executor, the same for every operation.
 //! - `tables`: one file per table, and the plain reads.
+//! - `watch`: WatchEntries' watchers and the tail they share.
 //! - `admin`: migrations, retention, the audit, the shared secret; work outside
 //!   the request path.
 //! - `conn`: connections, pools, the self-check, routing, bounded transactions,
@@ -14,6 +15,7 @@ pub mod admin;
 pub mod conn;
 mod exec;
 mod tables;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +32,7 @@ pub use conn::route::{Nodes, Routing};
 use exec::{group, ids, keyed, writes};
 pub use tables::idempotency::KeyRow;
 pub use tables::reads::Page;
+pub use watch::{Entries, WatchStats};
 
 /// The reads of the exactly-once transaction that lock or check rows by lists of
 /// keys, over these rows, as the service sends them (with their values written
@@ -159,6 +162,8 @@ struct Inner {
     before_commit: Option<BeforeCommit>,
     /// Where keyed calls wait for a batch, with group commit on.
     group: Option<group::Queue>,
+    /// The change stream's tail, shared by every watcher of this instance.
+    tail: watch::Tail,
 }
 
 /// A [`Persistence`] that does not keep it alive (for its own background tasks).
@@ -203,6 +208,7 @@ impl Persistence {
                 encoder,
                 before_commit,
                 group,
+                tail: watch::Tail::default(),
             }),
         };
         if let Some(writers) = writers {

@@ -23,6 +23,12 @@ pub(super) fn lookup_key(r: pb::LookupKeyRequest) -> Result<IdempotencyKey, Erro
     single(IdempotencyKey::parse("idempotency_key", r.idempotency_key))
 }
 
+/// WatchEntries' account (`None`: every account) and the sequence it follows.
+pub(super) fn watch_entries(r: &pb::WatchEntriesRequest) -> (Option<AccountId>, u64) {
+    let account = AccountId::parse("account_id", r.account_id).ok();
+    (account, r.after_sequence)
+}
+
 /// Entries per page when the request asks for 0, and the most a page holds.
 pub(super) const DEFAULT_PAGE_SIZE: u32 = 100;
 pub(super) const MAX_PAGE_SIZE: u32 = 1000;

@@ -58,9 +58,8 @@ impl LedgerService {
         pb::ledger_server::LedgerServer::new(self)
     }
 
-    /// Admits a call: the client may call `method`, and the server is under its
-    /// limit of concurrent calls.
-    fn admit<T>(&self, method: &'static str, request: &Request<T>) -> Result<Serving, Error> {
+    /// The caller, if it may call `method`.
+    fn granted<T>(method: &'static str, request: &Request<T>) -> Result<Client, Error> {
         let client = request
             .extensions()
             .get::<Client>()
@@ -69,6 +68,13 @@ impl LedgerService {
         if !client.may_call(method) {
             return Err(Error::PermissionDenied(method));
         }
+        Ok(client)
+    }
+
+    /// Admits a call: the client may call `method`, and the server is under its
+    /// limit of concurrent calls.
+    fn admit<T>(&self, method: &'static str, request: &Request<T>) -> Result<Serving, Error> {
+        let client = Self::granted(method, request)?;
         let permit = self
             .calls
             .clone()
@@ -143,6 +149,33 @@ impl LedgerService {
             .await;
             let rendered = answer.map(Response::new).map_err(|e| fail(&e));
             finish(name, started, rendered.as_ref().map(drop));
+            rendered
+        };
+        work.instrument(span).await
+    }
+
+    /// Opens a WatchEntries stream. A stream lasts as long as its client keeps it,
+    /// so it does not hold a place under the limit of concurrent calls; watchers
+    /// have a limit of their own (`db::watch`). The RPC's metrics and span cover
+    /// the opening; an error that ends the stream later is logged where it ends.
+    async fn watch(
+        &self,
+        request: Request<pb::WatchEntriesRequest>,
+    ) -> Result<Response<EntryStream>, Status> {
+        const NAME: &str = "WatchEntries";
+        let span = rpc_span(NAME);
+        let work = async {
+            let started = Instant::now();
+            let opened = async {
+                Self::granted(NAME, &request)?;
+                let (account, after) = request::watch_entries(request.get_ref());
+                self.db.watch_entries(account, after).await
+            }
+            .await;
+            let rendered = opened
+                .map(|entries| Response::new(entry_stream(entries)))
+                .map_err(|e| fail(&e));
+            finish(NAME, started, rendered.as_ref().map(drop));
             rendered
         };
         work.instrument(span).await
@@ -227,6 +260,26 @@ impl LedgerService {
             outcome: Some(outcome),
         })
     }
+}
+
+/// A WatchEntries stream as tonic sends it.
+type EntryStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::Entry, Status>> + Send + 'static>>;
+
+/// The watcher's entries as messages; the error that ends a stream as its status.
+fn entry_stream(entries: crate::db::Entries) -> EntryStream {
+    Box::pin(futures::stream::unfold(entries, |mut entries| async move {
+        let item = entries.recv().await?.map(|e| entry_message(&e));
+        let item = item.map_err(|error| {
+            tracing::info!(
+                method = "WatchEntries",
+                error = error.label(),
+                "stream ended"
+            );
+            report(&error)
+        });
+        Some((item, entries))
+    }))
 }
 
 fn rpc_span(method: &'static str) -> tracing::Span {
@@ -324,6 +377,15 @@ macro_rules! ledger_service {
                 request: Request<pb::GetHoldRequest>,
             ) -> Result<Response<pb::Hold>, Status> {
                 self.read("GetHold", request, |r, call| self.get_hold(r, call)).await
+            }
+
+            type WatchEntriesStream = EntryStream;
+
+            async fn watch_entries(
+                &self,
+                request: Request<pb::WatchEntriesRequest>,
+            ) -> Result<Response<EntryStream>, Status> {
+                self.watch(request).await
             }
 
             async fn lookup_key(

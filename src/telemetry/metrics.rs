@@ -20,6 +20,8 @@ const BATCH_WAITING: &str = "ledger_batch_waiting_calls";
 const BATCH_STALLS: &str = "ledger_batch_stalls_total";
 const KEYS_PURGED: &str = "ledger_keys_purged_total";
 const OLDEST_KEY_AGE: &str = "ledger_oldest_key_age_seconds";
+const STREAM_WATCHERS: &str = "ledger_stream_watchers";
+const STREAM_ENTRIES: &str = "ledger_stream_entries_total";
 
 /// Latency buckets, in seconds: a durable commit takes about a millisecond, a lock
 /// wait up to the configured bound.
@@ -82,6 +84,8 @@ fn describe() {
         metrics::Unit::Seconds,
         "age of the oldest idempotency key row, as of the last purge"
     );
+    describe_gauge!(STREAM_WATCHERS, "WatchEntries streams connected");
+    describe_counter!(STREAM_ENTRIES, "entries sent to WatchEntries streams");
 }
 
 pub fn rpc(method: &'static str, code: tonic::Code, elapsed: Duration) {
@@ -139,6 +143,16 @@ pub fn keys_purged(rows: u64) {
 
 pub fn oldest_key_age(seconds: f64) {
     gauge!(OLDEST_KEY_AGE).set(seconds);
+}
+
+/// `watchers` more (or, negative, fewer) WatchEntries streams are connected.
+#[expect(clippy::cast_precision_loss, reason = "a count of watchers")]
+pub fn stream_watchers(watchers: isize) {
+    gauge!(STREAM_WATCHERS).increment(watchers as f64);
+}
+
+pub fn stream_entries(entries: u64) {
+    counter!(STREAM_ENTRIES).increment(entries);
 }
 
 pub fn database_up(up: bool) {

@@ -1,6 +1,6 @@
 //! The `entries` table, the append-only journal: finding and locking the entries a
-//! refund names, reading entries and pages of an account's journal, and the SQL of
-//! the writes.
+//! refund names, reading entries, pages of an account's journal and numbered
+//! entries in sequence order (the change stream), and the SQL of the writes.
 
 use std::fmt::Write as _;
 
@@ -198,6 +198,56 @@ pub(crate) async fn page(
     .bind(Bind::U64(u64::from(limit)));
     let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
     rows.into_iter().map(FullRow::into_entry).collect()
+}
+
+/// Up to `limit` numbered entries with a sequence in `after + 1 ..= through`, in
+/// sequence order: every account's (on `entries_sequence`), or only `account`'s
+/// (on `entries_by_account_sequence`).
+pub(crate) async fn numbered(
+    conn: &mut Conn,
+    account: Option<AccountId>,
+    after: u64,
+    through: u64,
+    limit: u32,
+) -> Result<Vec<Entry>, Error> {
+    let sql = match account {
+        None => Sql::new(format!(
+            "SELECT {FULL_COLUMNS} FROM entries WHERE sequence > ? AND sequence <= ? \
+             ORDER BY sequence LIMIT ?"
+        )),
+        Some(account) => Sql::new(format!(
+            "SELECT {FULL_COLUMNS} FROM entries WHERE account_id = ? AND sequence > ? \
+             AND sequence <= ? ORDER BY sequence LIMIT ?"
+        ))
+        .bind(Bind::U64(account.get())),
+    };
+    let sql = sql
+        .bind(Bind::U64(after))
+        .bind(Bind::U64(through))
+        .bind(Bind::U64(u64::from(limit)));
+    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
+    rows.into_iter()
+        .map(|row| row.into_entry().map(|(_, entry)| entry))
+        .collect()
+}
+
+#[derive(Debug, QueryableByName)]
+struct Highest {
+    #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
+    sequence: Option<u64>,
+}
+
+/// The highest sequence assigned (0: none yet). Sequences are assigned as a
+/// contiguous prefix, each round in one transaction, so every entry up to it is
+/// visible to any later read.
+pub(crate) async fn highest_sequence(conn: &mut Conn) -> Result<u64, Error> {
+    let sql = Sql::new("SELECT MAX(sequence) AS sequence FROM entries");
+    let rows: Vec<Highest> = crate::db::conn::tx::load(conn, sql).await?;
+    Ok(rows
+        .into_iter()
+        .next()
+        .and_then(|r| r.sequence)
+        .unwrap_or(0))
 }
 
 const INSERT_COLUMNS: &str = "entry_id, account_id, account_seq, leg, post_leg, kind, amount, \

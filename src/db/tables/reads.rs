@@ -22,7 +22,11 @@ pub struct Page {
 }
 
 impl Persistence {
-    async fn read_conn(&self, call: &Call) -> Result<crate::db::conn::pool::Pooled<'_>, Error> {
+    /// A connection of the read pool, within the call's deadline.
+    pub(in crate::db) async fn read_conn(
+        &self,
+        call: &Call,
+    ) -> Result<crate::db::conn::pool::Pooled<'_>, Error> {
         checkout(&self.inner.reads, call)
             .await
             .map_err(|e| e.into_error(1, Recorded::Nothing))
