@@ -56,6 +56,8 @@ pub struct WatchStats {
     pub following: usize,
     /// Times the tail looked for new entries.
     pub ticks: u64,
+    /// The highest sequence the tail has published.
+    pub published: u64,
     /// Statements the change stream sent (the tail's and the watchers' pages).
     pub reads: u64,
     /// Times a watcher found a gap in what the tail gave it (it fell behind, or
@@ -77,6 +79,7 @@ struct Shared {
     closing: CancellationToken,
     following: AtomicUsize,
     ticks: AtomicU64,
+    published: AtomicU64,
     reads: AtomicU64,
     catch_ups: AtomicU64,
 }
@@ -97,6 +100,7 @@ impl Default for Tail {
                 closing: CancellationToken::new(),
                 following: AtomicUsize::new(0),
                 ticks: AtomicU64::new(0),
+                published: AtomicU64::new(0),
                 reads: AtomicU64::new(0),
                 catch_ups: AtomicU64::new(0),
             }),
@@ -180,6 +184,7 @@ impl Tail {
             watchers: self.shared.lock().watchers,
             following: self.shared.following.load(Ordering::Relaxed),
             ticks: self.shared.ticks.load(Ordering::Relaxed),
+            published: self.shared.published.load(Ordering::Relaxed),
             reads: self.shared.reads.load(Ordering::Relaxed),
             catch_ups: self.shared.catch_ups.load(Ordering::Relaxed),
         }
@@ -256,6 +261,7 @@ async fn read(tail: &Tail, db: &Persistence, last: &mut Option<u64>) -> Result<b
             last: newest,
             entries: found.into(),
         });
+        tail.shared.published.store(newest, Ordering::Relaxed);
     }
     Ok(full && complete)
 }
