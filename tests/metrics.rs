@@ -16,7 +16,7 @@ mod support;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable as _;
-use support::{Config, Gate, TestApp, TestDb, charge, raw_call, scrape};
+use support::{Config, Gate, TestApp, TestDb, charge, number_entries, raw_call, scrape};
 
 fn free_addr() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -49,6 +49,7 @@ async fn metrics_count_calls_replays_reuses_lock_waits_and_retries() {
     let account = app.funded_account("USD", 1_000).await;
     known_calls(&db, &app, account).await;
     deadlock_retries(&db, &app, &other, &gate, account).await;
+    let (_watching, watched) = watch_everything(&db, &app).await;
 
     let m = scrape(metrics).await;
     let value = |series: &str| m.get(series).copied().unwrap_or(0);
@@ -101,6 +102,37 @@ async fn metrics_count_calls_replays_reuses_lock_waits_and_retries() {
         "{m:?}"
     );
     assert_eq!(value("ledger_db_up"), 1);
+    assert_eq!(
+        value(r#"ledger_rpcs_total{method="WatchEntries",code="OK"}"#),
+        1
+    );
+    assert_eq!(value("ledger_stream_watchers"), 1);
+    assert_eq!(value("ledger_stream_entries_total"), watched);
+}
+
+/// A watcher of every account that has read every entry there is (numbered
+/// first), still connected; and how many it read.
+async fn watch_everything(
+    db: &TestDb,
+    app: &TestApp,
+) -> (tonic::Streaming<ledger::proto::pb::Entry>, u64) {
+    let entries = number_entries(db).await;
+    let request = ledger::proto::pb::WatchEntriesRequest {
+        after_sequence: 0,
+        account_id: 0,
+    };
+    let mut stream = app
+        .client()
+        .await
+        .watch_entries(request)
+        .await
+        .unwrap()
+        .into_inner();
+    for sequence in 1..=entries {
+        let entry = stream.message().await.unwrap().unwrap();
+        assert_eq!(entry.sequence, sequence);
+    }
+    (stream, entries)
 }
 
 /// OpenAccount, Credit, a charge and its replay, a reused key, an invalid request,
