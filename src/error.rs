@@ -77,6 +77,11 @@ pub enum Error {
     #[error("database unavailable: {reason}")]
     Unavailable { reason: String, recorded: Recorded },
 
+    /// The server is shutting down: a stream it would otherwise keep open ends
+    /// (WatchEntries), to be resumed on another instance.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+
     /// The server is at its limit of concurrent calls.
     #[error("too many concurrent calls")]
     Overloaded { limit: usize },
@@ -130,6 +135,7 @@ impl Error {
             Self::AccountBusy { .. } => "account_busy",
             Self::Conflict { .. } => "transaction_conflict",
             Self::Unavailable { .. } => "database_unavailable",
+            Self::ShuttingDown => "shutting_down",
             Self::Overloaded { .. } => "overloaded",
             Self::DeadlineExceeded { .. } => "deadline_exceeded",
             Self::Cancelled => "cancelled",

@@ -100,7 +100,7 @@ fn code(error: &Error) -> Code {
         Error::KeyInProgress { .. } | Error::AccountBusy { .. } | Error::Conflict { .. } => {
             Code::Aborted
         }
-        Error::Unavailable { .. } => Code::Unavailable,
+        Error::Unavailable { .. } | Error::ShuttingDown => Code::Unavailable,
         Error::Overloaded { .. } => Code::ResourceExhausted,
         Error::DeadlineExceeded { .. } => Code::DeadlineExceeded,
         Error::Cancelled => Code::Cancelled,
@@ -124,6 +124,7 @@ fn reason(error: &Error) -> &'static str {
         Error::AccountBusy { .. } => "ACCOUNT_BUSY",
         Error::Conflict { .. } => "TRANSACTION_CONFLICT",
         Error::Unavailable { .. } => "DATABASE_UNAVAILABLE",
+        Error::ShuttingDown => "SHUTTING_DOWN",
         Error::Overloaded { .. } => "TOO_MANY_CALLS",
         Error::DeadlineExceeded { .. } => "DEADLINE_EXCEEDED",
         Error::Cancelled => "CANCELLED",
@@ -173,6 +174,9 @@ fn message(error: &Error) -> String {
         Error::Unavailable { recorded, .. } => {
             format!("the database is unavailable; {}", promise(*recorded))
         }
+        Error::ShuttingDown => "the server is shutting down; resume on another instance after \
+                                the last sequence received"
+            .into(),
         Error::Overloaded { limit } => format!(
             "the server is at its limit of {limit} concurrent calls; nothing was recorded; \
              retry later"
@@ -210,7 +214,7 @@ fn retry_after(error: &Error) -> Option<Duration> {
             Some(*retry_after)
         }
         Error::Conflict { .. } => Some(CONFLICT_RETRY),
-        Error::Unavailable { .. } => Some(UNAVAILABLE_RETRY),
+        Error::Unavailable { .. } | Error::ShuttingDown => Some(UNAVAILABLE_RETRY),
         Error::Overloaded { .. } => Some(OVERLOAD_RETRY),
         _ => None,
     }
@@ -289,6 +293,7 @@ mod tests {
                 first_used_at: Utc::now(),
             },
             Error::Overloaded { limit: 1 },
+            Error::ShuttingDown,
             Error::Internal("secret detail".into()),
         ];
         for error in &errors {

@@ -208,6 +208,26 @@ async fn watching_needs_its_grant() {
     );
 }
 
+/// A stream never ends by itself: shutdown ends it, telling the watcher to
+/// resume elsewhere, instead of holding up the drain for the whole grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_streams_with_unavailable() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let mut client = app.client().await;
+    let mut stream = watch(&mut client, 0, 0).await;
+    until_following(&app, 1).await;
+    drop(app);
+    let ended = tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .expect("the stream ends")
+        .unwrap_err();
+    assert_eq!(
+        (ended.code(), reason(&ended).as_str()),
+        (Code::Unavailable, "SHUTTING_DOWN")
+    );
+}
+
 /// The resident set of this process (the service runs in it), in KiB.
 fn resident_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();

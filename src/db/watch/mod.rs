@@ -217,7 +217,5 @@ impl Watcher {
 }
 
 fn shutting_down() -> Stop {
-    Stop::Failed(Error::unavailable(
-        "the server is shutting down; resume after the last sequence received",
-    ))
+    Stop::Failed(Error::ShuttingDown)
 }

@@ -131,7 +131,7 @@ impl Tail {
     /// Counts a new watcher, starting the tail if it is the first.
     pub(crate) fn join(&self, db: &Persistence) -> Result<Membership, Error> {
         if self.shared.closing.is_cancelled() {
-            return Err(Error::unavailable("the server is shutting down"));
+            return Err(Error::ShuttingDown);
         }
         let mut state = self.shared.lock();
         if state.watchers >= MAX_WATCHERS {
