@@ -76,6 +76,30 @@ pub fn keyed_reads(
     reads
 }
 
+/// The change stream's reads (`watch`), with their values written in, to check
+/// their plans with `EXPLAIN`: the highest sequence, a page of every account's
+/// entries and of `account`'s after `after`, and the tail's read. Each must reach
+/// its rows through an index: the tail runs one every few milliseconds.
+pub fn stream_reads(account: u64, after: u64, through: u64) -> Vec<(&'static str, String)> {
+    use tables::entries::{HIGHEST_SQL, numbered_sql};
+    let account = crate::ledger::AccountId::parse("account_id", account).ok();
+    vec![
+        ("highest sequence", HIGHEST_SQL.to_owned()),
+        (
+            "a page of every account",
+            numbered_sql(None, after, through, watch::PAGE).literal(),
+        ),
+        (
+            "a page of one account",
+            numbered_sql(account, after, through, watch::PAGE).literal(),
+        ),
+        (
+            "the tail",
+            numbered_sql(None, through, u64::MAX, watch::BATCH_LIMIT).literal(),
+        ),
+    ]
+}
+
 /// Bounds on waiting and retrying. Every wait in a transaction is bounded by one of
 /// these or by the caller's deadline, whichever is shorter.
 #[derive(Debug, Clone, Copy)]

@@ -380,6 +380,52 @@ async fn idle_watchers_share_one_tail() {
     assert_eq!(app.persistence.watch_stats().watchers, 0);
 }
 
+/// Access types that read rows through an index.
+const INDEXED: &[&str] = &["const", "eq_ref", "ref", "range", "system"];
+
+/// The stream's reads reach their rows through an index, in sequence order, on a
+/// ledger of 2,000 numbered entries and a few not numbered yet: from the start, from
+/// the middle and from the end, of every account and of one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_streams_reads_use_an_index() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let mut client = app.client().await;
+    let small = app.funded_account("USD", 100).await;
+    let bulk = app.funded_account("USD", 0).await;
+    bulk_credits(&db, bulk, 2000).await;
+    let numbered = number_entries(&db).await;
+    for i in 0..3 {
+        client
+            .charge(charge(&format!("later-{i}"), small, 1))
+            .await
+            .unwrap();
+    }
+    let mut conn = db.sql().await;
+    for (account, after) in [(small, 0), (bulk, 0), (bulk, 1000), (small, numbered)] {
+        for (name, sql) in ledger::db::stream_reads(account, after, numbered) {
+            let plan: Vec<mysql_async::Row> = conn.query(format!("EXPLAIN {sql}")).await.unwrap();
+            for row in plan {
+                let table: Option<String> = row.get("table").flatten();
+                let access: Option<String> = row.get("type").flatten();
+                let key: Option<String> = row.get("key").flatten();
+                let extra: String = row
+                    .get::<Option<String>, _>("Extra")
+                    .flatten()
+                    .unwrap_or_default();
+                if table.is_none() || extra.contains("Impossible") {
+                    continue;
+                }
+                assert!(
+                    access.as_deref().is_some_and(|a| INDEXED.contains(&a))
+                        && !extra.contains("filesort"),
+                    "{name} reads {table:?} by {access:?} on {key:?} ({extra}): {sql}"
+                );
+            }
+        }
+    }
+}
+
 /// Reflection describes the RPC as server streaming, so grpcurl can call it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflection_shows_watch_entries_as_a_server_stream() {

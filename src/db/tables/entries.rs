@@ -210,6 +210,20 @@ pub(crate) async fn numbered(
     through: u64,
     limit: u32,
 ) -> Result<Vec<Entry>, Error> {
+    let sql = numbered_sql(account, after, through, limit);
+    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
+    rows.into_iter()
+        .map(|row| row.into_entry().map(|(_, entry)| entry))
+        .collect()
+}
+
+/// The statement of [`numbered`].
+pub(crate) fn numbered_sql(
+    account: Option<AccountId>,
+    after: u64,
+    through: u64,
+    limit: u32,
+) -> Sql<'static> {
     let sql = match account {
         None => Sql::new(format!(
             "SELECT {FULL_COLUMNS} FROM entries WHERE sequence > ? AND sequence <= ? \
@@ -221,15 +235,13 @@ pub(crate) async fn numbered(
         ))
         .bind(Bind::U64(account.get())),
     };
-    let sql = sql
-        .bind(Bind::U64(after))
+    sql.bind(Bind::U64(after))
         .bind(Bind::U64(through))
-        .bind(Bind::U64(u64::from(limit)));
-    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
-    rows.into_iter()
-        .map(|row| row.into_entry().map(|(_, entry)| entry))
-        .collect()
+        .bind(Bind::U64(u64::from(limit)))
 }
+
+/// The statement of [`highest_sequence`].
+pub(crate) const HIGHEST_SQL: &str = "SELECT MAX(sequence) AS sequence FROM entries";
 
 #[derive(Debug, QueryableByName)]
 struct Highest {
@@ -241,7 +253,7 @@ struct Highest {
 /// contiguous prefix, each round in one transaction, so every entry up to it is
 /// visible to any later read.
 pub(crate) async fn highest_sequence(conn: &mut Conn) -> Result<u64, Error> {
-    let sql = Sql::new("SELECT MAX(sequence) AS sequence FROM entries");
+    let sql = Sql::new(HIGHEST_SQL);
     let rows: Vec<Highest> = crate::db::conn::tx::load(conn, sql).await?;
     Ok(rows
         .into_iter()

@@ -21,8 +21,8 @@ mod tail;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc};
 
-pub(crate) use tail::Tail;
 pub use tail::WatchStats;
+pub(crate) use tail::{BATCH_LIMIT, Tail};
 use tail::{Batch, Membership};
 
 use super::Persistence;
@@ -33,7 +33,7 @@ use crate::ledger::{AccountId, Entry};
 use crate::telemetry::metrics;
 
 /// Entries a backlog page holds: one indexed range read, a few hundred KiB.
-const PAGE: u32 = 500;
+pub(crate) const PAGE: u32 = 500;
 /// Entries a watcher's stream holds for its reader; the watcher waits for room.
 const BUFFER: usize = 64;
 

@@ -25,11 +25,15 @@ use crate::telemetry::metrics;
 
 /// The most entries one read of the tail takes (and one batch holds); a full read
 /// is followed by the next at once.
-const BATCH_LIMIT: u32 = 1000;
+pub(crate) const BATCH_LIMIT: u32 = 1000;
 /// How often the tail looks for newly numbered entries while watchers are
 /// connected: well under the time an entry takes to be numbered, and one indexed
 /// read that finds nothing when nothing is new.
 const POLL: Duration = Duration::from_millis(5);
+/// How long the tail waits after a failed read (the database is down, or a
+/// broken invariant): it logs each failure, and should not do so 200 times a
+/// second.
+const AFTER_FAILURE: Duration = Duration::from_secs(1);
 /// Batches the broadcast channel keeps for a watcher that is behind: 40 ms of
 /// ticks, at most 8,000 entries in memory. Past that, the watcher reads from the
 /// database instead.
@@ -210,17 +214,18 @@ async fn run(shared: Arc<Shared>, db: WeakPersistence) {
             tail.shared.lock().running = false;
             return;
         };
-        let more = match read(&tail, &db, &mut last).await {
-            Ok(more) => more,
+        let pause = match read(&tail, &db, &mut last).await {
+            Ok(true) => Duration::ZERO,
+            Ok(false) => POLL,
             Err(error) => {
-                tracing::warn!(error = %error.label(), "the change stream's tail could not read");
-                false
+                tracing::warn!(error = %error, "the change stream's tail could not read");
+                AFTER_FAILURE
             }
         };
         drop(db);
-        if !more {
+        if !pause.is_zero() {
             tokio::select! {
-                () = tokio::time::sleep(POLL) => {}
+                () = tokio::time::sleep(pause) => {}
                 () = tail.shared.closing.cancelled() => {}
             }
         }
@@ -244,14 +249,15 @@ async fn read(tail: &Tail, db: &Persistence, last: &mut Option<u64>) -> Result<b
     drop(conn);
     let full = found.len() == BATCH_LIMIT as usize;
     // Numbering commits a contiguous prefix, so what a read finds follows `after`
-    // without a hole; should it not, only the part that does is published.
+    // without a hole; should it not, only the part that does is published, and the
+    // hole is reported.
     let run = found
         .iter()
         .zip(after + 1..)
         .take_while(|(e, n)| e.sequence == Some(*n))
         .count();
     let mut found = found;
-    let complete = run == found.len();
+    let hole = (run < found.len()).then(|| after + 1 + run as u64);
     found.truncate(run);
     if let Some(newest) = found.last().and_then(|e| e.sequence) {
         *last = Some(newest);
@@ -263,5 +269,10 @@ async fn read(tail: &Tail, db: &Persistence, last: &mut Option<u64>) -> Result<b
         });
         tail.shared.published.store(newest, Ordering::Relaxed);
     }
-    Ok(full && complete)
+    match hole {
+        Some(missing) => Err(Error::internal(format!(
+            "sequence {missing} is missing from the change stream, below a higher one"
+        ))),
+        None => Ok(full),
+    }
 }
