@@ -82,9 +82,10 @@ pub enum Error {
     #[error("the server is shutting down")]
     ShuttingDown,
 
-    /// The server is at its limit of concurrent calls.
-    #[error("too many concurrent calls")]
-    Overloaded { limit: usize },
+    /// The server is at its limit of concurrent calls, or of `what` (such as
+    /// WatchEntries streams).
+    #[error("too many concurrent {what}")]
+    Overloaded { limit: usize, what: &'static str },
 
     /// The caller's deadline passed.
     #[error("deadline exceeded")]

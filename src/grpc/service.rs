@@ -79,7 +79,10 @@ impl LedgerService {
             .calls
             .clone()
             .try_acquire_owned()
-            .map_err(|_| Error::Overloaded { limit: self.limit })?;
+            .map_err(|_| Error::Overloaded {
+                limit: self.limit,
+                what: "calls",
+            })?;
         let call = deadline::call_for(request);
         call.hold_place(permit);
         Ok(Serving { client, call })

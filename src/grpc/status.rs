@@ -177,8 +177,8 @@ fn message(error: &Error) -> String {
         Error::ShuttingDown => "the server is shutting down; resume on another instance after \
                                 the last sequence received"
             .into(),
-        Error::Overloaded { limit } => format!(
-            "the server is at its limit of {limit} concurrent calls; nothing was recorded; \
+        Error::Overloaded { limit, what } => format!(
+            "the server is at its limit of {limit} concurrent {what}; nothing was recorded; \
              retry later"
         ),
         Error::DeadlineExceeded { recorded } => {
@@ -203,7 +203,7 @@ fn metadata(error: &Error) -> Vec<(&'static str, String)> {
             metadata.extend(method.map(|m| ("method", m.name().to_owned())));
             metadata
         }
-        Error::Overloaded { limit } => vec![("limit", limit.to_string())],
+        Error::Overloaded { limit, .. } => vec![("limit", limit.to_string())],
         _ => Vec::new(),
     }
 }
@@ -292,7 +292,10 @@ mod tests {
                 method: None,
                 first_used_at: Utc::now(),
             },
-            Error::Overloaded { limit: 1 },
+            Error::Overloaded {
+                limit: 1,
+                what: "calls",
+            },
             Error::ShuttingDown,
             Error::Internal("secret detail".into()),
         ];
@@ -340,7 +343,10 @@ mod tests {
                 recorded: Recorded::Nothing,
             },
             Error::unavailable("x"),
-            Error::Overloaded { limit: 1 },
+            Error::Overloaded {
+                limit: 1,
+                what: "calls",
+            },
         ] {
             assert!(
                 from_error(&error).get_details_retry_info().is_some(),

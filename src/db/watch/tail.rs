@@ -141,6 +141,7 @@ impl Tail {
         if state.watchers >= MAX_WATCHERS {
             return Err(Error::Overloaded {
                 limit: MAX_WATCHERS,
+                what: "WatchEntries streams",
             });
         }
         state.watchers += 1;
