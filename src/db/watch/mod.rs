@@ -156,7 +156,7 @@ impl Watcher {
             let sequence = entry
                 .sequence
                 .ok_or_else(|| Error::internal("an entry read by sequence has none"))?;
-            if self.account.is_none() && sequence != self.cursor + 1 {
+            if self.account.is_none() && Some(sequence) != self.cursor.checked_add(1) {
                 return Err(Error::internal(format!(
                     "a hole in the change stream after sequence {}",
                     self.cursor
@@ -189,7 +189,7 @@ impl Watcher {
             if batch.last <= self.cursor {
                 continue;
             }
-            if batch.first > self.cursor + 1 {
+            if batch.first > self.cursor.saturating_add(1) {
                 return Ok(());
             }
             for (entry, sequence) in batch.entries.iter().zip(batch.first..) {
