@@ -28,7 +28,8 @@ use crate::telemetry::metrics;
 pub(crate) const BATCH_LIMIT: u32 = 1000;
 /// How often the tail looks for newly numbered entries while watchers are
 /// connected: well under the time an entry takes to be numbered, and one indexed
-/// read that finds nothing when nothing is new.
+/// read that finds nothing when nothing is new. Entries are numbered by one
+/// instance of the fleet, so the others learn of new numbers only by reading.
 const POLL: Duration = Duration::from_millis(5);
 /// How long the tail waits after a failed read (the database is down, or a
 /// broken invariant): it logs each failure, and should not do so 200 times a
