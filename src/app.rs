@@ -163,9 +163,10 @@ impl Application {
         &self.persistence
     }
 
-    /// Serves until `shutdown` completes. Then: report NOT_SERVING (and keep serving
-    /// for the shutdown delay), stop accepting calls, let those in flight finish
-    /// within the shutdown grace, and close the pool.
+    /// Serves until `shutdown` completes. Then: end the WatchEntries streams (they
+    /// never end by themselves), report NOT_SERVING (and keep serving for the
+    /// shutdown delay), stop accepting calls, let those in flight finish within the
+    /// shutdown grace, and close the pool.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let Self {
             listener,
