@@ -124,6 +124,11 @@ expect "LookupKey" '"method": "/ledger.v1.Ledger/Charge"' \
   $G -d '{"idempotency_key":"req-42"}' "$ADDR" ledger.v1.Ledger/LookupKey
 expect "LookupKey of an unused key" '"reason":"KEY_NOT_FOUND"' \
   $G -d '{"idempotency_key":"never-used"}' "$ADDR" ledger.v1.Ledger/LookupKey
+# WatchEntries streams until cancelled; its description and a refusal end at once.
+expect "describe WatchEntries" 'rpc WatchEntries \( \.ledger\.v1\.WatchEntriesRequest \) returns \( stream \.ledger\.v1\.Entry \)' \
+  $G "$ADDR" describe ledger.v1.Ledger
+expect "WatchEntries of an unknown account" '"reason":"ACCOUNT_NOT_FOUND"' \
+  $G -d '{"account_id":999}' "$ADDR" ledger.v1.Ledger/WatchEntries
 expect "health" '"status": "SERVING"' \
   $G -d '{"service":"ledger.v1.Ledger"}' "$ADDR" grpc.health.v1.Health/Check
 "$LEDGER" healthcheck --listen "$ADDR" && echo "ok: ledger healthcheck"
