@@ -355,16 +355,9 @@ impl Client {
                     message: e.to_string(),
                 }),
             },
-            Some(pb::key_record::Outcome::Error(stored)) => {
-                let status = Status::with_details(
-                    Code::from_i32(stored.code),
-                    stored.message.clone(),
-                    Bytes::from(stored.encode_to_vec()),
-                );
-                let mut decline = Decline::from_status(&status, Some(key));
-                decline.replayed = true;
-                Err(Error::Declined(Box::new(decline)))
-            }
+            Some(pb::key_record::Outcome::Error(stored)) => Err(Error::Declined(Box::new(
+                Decline::from_stored(&stored, Some(key)),
+            ))),
             None => Err(Error::Unknown { key }),
         }
     }

@@ -197,6 +197,20 @@ impl Decline {
         }
     }
 
+    /// A decline stored under a key, as `LookupKey` returns it (a
+    /// `KeyRecord`'s `error`); `replayed`, since it is the stored answer.
+    pub fn from_stored(stored: &tonic_types::pb::Status, key: Option<String>) -> Self {
+        let status = Status::with_details(
+            Code::from_i32(stored.code),
+            stored.message.clone(),
+            bytes::Bytes::from(prost::Message::encode_to_vec(stored)),
+        );
+        Self {
+            replayed: true,
+            ..Self::from_status(&status, key)
+        }
+    }
+
     /// The account a decline names (`INSUFFICIENT_FUNDS`, `ACCOUNT_NOT_FOUND`).
     pub fn account_id(&self) -> Option<u64> {
         self.metadata.get("account_id")?.parse().ok()
