@@ -255,8 +255,8 @@ fn scalar(value: &Value, field: &prost_reflect::FieldDescriptor) -> String {
 
 fn line(out: &mut String, depth: usize, name: &str, value: &str) {
     let indent = "  ".repeat(depth);
-    let width = 24_usize.saturating_sub(indent.len());
-    let _ = writeln!(out, "{indent}{name:<width$}{value}");
+    let width = 23_usize.saturating_sub(indent.len());
+    let _ = writeln!(out, "{indent}{name:<width$} {value}");
 }
 
 /// The canonical names of gRPC codes, as the JSON of a `google.rpc.Code` spells

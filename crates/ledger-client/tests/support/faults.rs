@@ -194,7 +194,7 @@ async fn to_server(
         if ended.is_some() {
             forwarding = false;
             if fault == Fault::HoldReply {
-                shared.forwarded.notify_waiters();
+                shared.forwarded.notify_one();
             }
         }
         if cut {

@@ -3,7 +3,12 @@
 //! the service in the test process (`app`), and a TCP proxy that breaks calls
 //! between client and server (`faults`).
 
-#![allow(unreachable_pub, dead_code, missing_debug_implementations)]
+#![allow(
+    unreachable_pub,
+    dead_code,
+    unused_imports,
+    missing_debug_implementations
+)]
 
 pub mod app;
 pub mod faults;
