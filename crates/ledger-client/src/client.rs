@@ -61,6 +61,7 @@ impl Default for Budget {
 pub struct Builder {
     endpoints: Vec<String>,
     ca_pem: Option<Vec<u8>>,
+    tls_domain: Option<String>,
     token: Option<String>,
     budget: Budget,
 }
@@ -82,6 +83,14 @@ impl Builder {
         self
     }
 
+    /// The name the server's certificate must carry, where it is not the
+    /// endpoint's host (an endpoint given by IP address).
+    #[must_use]
+    pub fn tls_domain(mut self, name: impl Into<String>) -> Self {
+        self.tls_domain = Some(name.into());
+        self
+    }
+
     /// Sends `authorization: Bearer <token>` with every call.
     #[must_use]
     pub fn token(mut self, token: impl Into<String>) -> Self {
@@ -100,9 +109,14 @@ impl Builder {
         if self.endpoints.is_empty() {
             return Err(Error::Config("no endpoint".into()));
         }
-        let tls = self
-            .ca_pem
-            .map(|pem| ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)));
+        let domain = self.tls_domain;
+        let tls = self.ca_pem.map(|pem| {
+            let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));
+            match domain {
+                Some(name) => tls.domain_name(name),
+                None => tls,
+            }
+        });
         let channels = self
             .endpoints
             .iter()

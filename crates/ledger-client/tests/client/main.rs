@@ -13,5 +13,6 @@ mod support;
 
 mod answers;
 mod budget;
+mod connection;
 mod faults;
 mod service_config;

@@ -19,6 +19,11 @@ pub struct TestApp {
 
 impl TestApp {
     pub async fn spawn(db: &TestDb) -> Self {
+        Self::spawn_with(db, |_| {}).await
+    }
+
+    /// An instance with settings of its own (tokens, TLS).
+    pub async fn spawn_with(db: &TestDb, change: impl FnOnce(&mut Settings)) -> Self {
         let mut settings =
             Settings::new("127.0.0.1:0".parse().unwrap(), db.url.clone()).expect("defaults");
         // Small: several tests share one database server.
@@ -26,6 +31,7 @@ impl TestApp {
             size: 8,
             checkout_timeout: Duration::from_secs(10),
         };
+        change(&mut settings);
         let app = Application::build(settings, None)
             .await
             .expect("app builds");
