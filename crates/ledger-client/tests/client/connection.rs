@@ -39,10 +39,13 @@ async fn tls_with_the_servers_ca() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bearer_token_is_sent_with_every_call() {
     use sha2::Digest as _;
-    let hash: String = sha2::Sha256::digest(b"shop-secret")
+    use std::fmt::Write as _;
+    let hash = sha2::Sha256::digest(b"shop-secret")
         .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+        .fold(String::new(), |mut hex, b| {
+            let _ = write!(hex, "{b:02x}");
+            hex
+        });
     let tokens = Tokens::parse(&format!("shop {hash}\n")).unwrap();
     let db = TestDb::new();
     let app = TestApp::spawn_with(&db, |settings| settings.auth = Some(tokens)).await;
