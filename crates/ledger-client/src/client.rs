@@ -15,7 +15,7 @@ use tonic::{Code, Request, Status};
 
 use crate::error::{Decline, Error, replayed};
 use crate::retry::{Backoff, Verdict, verdict};
-use crate::rpc::{PreEncoded, Rpc, decode_stored, marker};
+use crate::rpc::{PreEncoded, Rpc, marker};
 
 /// A successful answer.
 #[derive(Debug, Clone)]
@@ -151,6 +151,38 @@ impl Builder {
 /// A client of `ledger.v1.Ledger` that makes every keyed call take effect
 /// exactly once, whatever the network does (SPEC 5). Cheap to clone; clones
 /// share the connections.
+///
+/// An unknown outcome is settled by calling again with the same key (and the
+/// same request), never with a new one:
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use ledger_client::{Budget, Client, Error, pb};
+///
+/// # async fn run() -> Result<(), Error> {
+/// let client = Client::builder()
+///     .endpoint("https://ledger.internal:50051")
+///     .ca_certificate(std::fs::read("ca.pem").unwrap_or_default())
+///     .token("shop-secret")
+///     .budget(Budget { timeout: Duration::from_secs(3), ..Budget::default() })
+///     .build()?;
+/// let mut transfer = pb::TransferRequest {
+///     from_account_id: 1,
+///     to_account_id: 2,
+///     amount: 97,
+///     currency: "USD".into(),
+///     ..Default::default()
+/// };
+/// let answer = loop {
+///     match client.transfer(transfer.clone()).await {
+///         Err(Error::Unknown { key }) => transfer.idempotency_key = key,
+///         other => break other?,
+///     }
+/// };
+/// assert!(answer.key.is_some());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Client {
     channels: Arc<[Channel]>,
@@ -357,7 +389,8 @@ impl Client {
             })));
         }
         match record.outcome {
-            Some(pb::key_record::Outcome::Reply(bytes)) => match decode_stored(&bytes) {
+            Some(pb::key_record::Outcome::Reply(bytes)) => match R::Reply::decode(bytes.as_slice())
+            {
                 Ok(reply) => Ok(Answer {
                     reply,
                     replayed: true,

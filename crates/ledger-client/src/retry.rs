@@ -72,3 +72,68 @@ impl Backoff {
         jittered.max(asked)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tonic_types::{ErrorDetails, StatusExt as _};
+
+    use super::*;
+
+    #[test]
+    fn only_the_codes_that_claim_nothing_are_retried() {
+        for code in [
+            Code::Unavailable,
+            Code::Aborted,
+            Code::DeadlineExceeded,
+            Code::Cancelled,
+        ] {
+            assert_ne!(verdict(&Status::new(code, "")), Verdict::Final, "{code:?}");
+        }
+        for code in [
+            Code::InvalidArgument,
+            Code::FailedPrecondition,
+            Code::NotFound,
+            Code::PermissionDenied,
+            Code::Unauthenticated,
+            Code::Internal,
+            Code::Unknown,
+        ] {
+            assert_eq!(verdict(&Status::new(code, "")), Verdict::Final, "{code:?}");
+        }
+        assert_eq!(
+            verdict(&Status::unavailable("")),
+            Verdict::Retry { failover: true }
+        );
+        assert_eq!(
+            verdict(&Status::aborted("")),
+            Verdict::Retry { failover: false }
+        );
+    }
+
+    #[test]
+    fn a_failed_connection_is_retried_elsewhere_whatever_its_code() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let status = Status::from_error(Box::new(io));
+        assert_eq!(verdict(&status), Verdict::Retry { failover: true });
+    }
+
+    #[test]
+    fn waits_grow_within_their_bounds_and_honour_retry_info() {
+        let backoff = Backoff::default();
+        let plain = Status::aborted("busy");
+        for retry in 0..10 {
+            let bound = backoff
+                .initial
+                .mul_f64(2_f64.powi(i32::try_from(retry).unwrap()))
+                .min(backoff.max);
+            let wait = backoff.wait(retry, &plain);
+            assert!(wait >= bound / 2 && wait <= bound, "{retry}: {wait:?}");
+        }
+        let asked = Status::with_error_details(
+            Code::Aborted,
+            "busy",
+            ErrorDetails::with_retry_info(Some(Duration::from_secs(5))),
+        );
+        assert!(backoff.wait(0, &asked) >= Duration::from_secs(5));
+    }
+}

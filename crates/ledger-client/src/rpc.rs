@@ -146,8 +146,3 @@ impl Encoder for BytesEncoder {
         Ok(())
     }
 }
-
-/// Decodes a stored reply (a `KeyRecord`'s bytes) as `U`.
-pub(crate) fn decode_stored<U: Message + Default>(bytes: &[u8]) -> Result<U, prost::DecodeError> {
-    U::decode(bytes)
-}
