@@ -494,6 +494,22 @@ mod tests {
     }
 
     #[test]
+    fn completions_name_every_subcommand() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "ledgerctl", &mut script);
+            let script = String::from_utf8(script).unwrap();
+            for name in ["charge", "lookup-key", "place-hold", "post"] {
+                assert!(script.contains(name), "{shell}: {name}");
+            }
+        }
+    }
+
+    #[test]
     fn a_leg_reads_from_to_amount_currency() {
         let leg = parse_leg("1:2:97:USD").unwrap();
         assert_eq!(

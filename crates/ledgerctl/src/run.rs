@@ -115,7 +115,8 @@ async fn call(client: &Client, command: Command, out: Output) -> u8 {
 
 fn connect(global: &Global) -> Result<Client, String> {
     let mut builder = Client::builder().budget(budget(global.timeout));
-    for server in &global.server {
+    // An empty LEDGER_SERVER names no endpoint rather than an empty one.
+    for server in global.server.iter().filter(|server| !server.is_empty()) {
         builder = builder.endpoint(server.clone());
     }
     if let Some(path) = &global.cacert {
