@@ -1,0 +1,411 @@
+//! The client: its endpoints and settings, and the one retry loop every call
+//! goes through.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ledger_proto::pb;
+use prost::Message as _;
+use tokio::time::Instant;
+use tonic::metadata::{AsciiMetadataValue, MetadataMap};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::{Code, Request, Status};
+
+use crate::error::{Decline, Error, replayed};
+use crate::retry::{Backoff, Verdict, verdict};
+use crate::rpc::{PreEncoded, Rpc, marker};
+
+/// A successful answer.
+#[derive(Debug, Clone)]
+pub struct Answer<T> {
+    pub reply: T,
+    /// Whether it is the stored answer of an earlier attempt: a replay
+    /// (`idempotent-replayed: true`), or read back with `LookupKey`.
+    pub replayed: bool,
+    /// The call's idempotency key, for a keyed call: the caller's, or the one
+    /// made for it.
+    pub key: Option<String>,
+    /// How many attempts the call made (the look-up not counted).
+    pub attempts: u32,
+}
+
+/// The budget of one call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Budget {
+    /// The whole call, retries and the look-up included.
+    pub timeout: Duration,
+    /// One attempt at most (and never past the whole call's end).
+    pub attempt_timeout: Duration,
+    /// Kept from the end of a keyed call's budget for `LookupKey`, when the
+    /// attempts leave the outcome unknown.
+    pub lookup_reserve: Duration,
+    pub backoff: Backoff,
+}
+
+impl Default for Budget {
+    /// 10 s for a call, 3 s an attempt, the last 1 s for the look-up.
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(10),
+            attempt_timeout: Duration::from_secs(3),
+            lookup_reserve: Duration::from_secs(1),
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+/// Builds a [`Client`].
+#[derive(Debug, Default)]
+pub struct Builder {
+    endpoints: Vec<String>,
+    ca_pem: Option<Vec<u8>>,
+    tls_domain: Option<String>,
+    token: Option<String>,
+    budget: Budget,
+}
+
+impl Builder {
+    /// Adds an endpoint (`http://host:port`, or `https://` with TLS). With
+    /// several, a connection failure or `UNAVAILABLE` moves the next attempt to
+    /// the next one.
+    #[must_use]
+    pub fn endpoint(mut self, uri: impl Into<String>) -> Self {
+        self.endpoints.push(uri.into());
+        self
+    }
+
+    /// Trusts the CA of this PEM certificate for `https://` endpoints.
+    #[must_use]
+    pub fn ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// The name the server's certificate must carry, where it is not the
+    /// endpoint's host (an endpoint given by IP address).
+    #[must_use]
+    pub fn tls_domain(mut self, name: impl Into<String>) -> Self {
+        self.tls_domain = Some(name.into());
+        self
+    }
+
+    /// Sends `authorization: Bearer <token>` with every call.
+    #[must_use]
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    #[must_use]
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The client; connects lazily, at the first call.
+    pub fn build(self) -> Result<Client, Error> {
+        if self.endpoints.is_empty() {
+            return Err(Error::Config("no endpoint".into()));
+        }
+        let domain = self.tls_domain;
+        let tls = self.ca_pem.map(|pem| {
+            let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));
+            match domain {
+                Some(name) => tls.domain_name(name),
+                None => tls,
+            }
+        });
+        let channels = self
+            .endpoints
+            .iter()
+            .map(|uri| {
+                let mut endpoint = Endpoint::from_shared(uri.clone())
+                    .map_err(|e| Error::Config(format!("endpoint {uri}: {e}")))?
+                    .connect_timeout(self.budget.attempt_timeout);
+                if let Some(tls) = &tls {
+                    endpoint = endpoint
+                        .tls_config(tls.clone())
+                        .map_err(|e| Error::Config(format!("TLS for {uri}: {e}")))?;
+                }
+                Ok(endpoint.connect_lazy())
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let token = self
+            .token
+            .map(|token| {
+                AsciiMetadataValue::try_from(format!("Bearer {token}"))
+                    .map_err(|_| Error::Config("the token is not visible ASCII".into()))
+            })
+            .transpose()?;
+        Ok(Client {
+            channels: channels.into(),
+            current: Arc::new(AtomicUsize::new(0)),
+            token,
+            budget: self.budget,
+        })
+    }
+}
+
+/// A client of `ledger.v1.Ledger` that makes every keyed call take effect
+/// exactly once, whatever the network does (SPEC 5). Cheap to clone; clones
+/// share the connections.
+///
+/// An unknown outcome is settled by calling again with the same key (and the
+/// same request), never with a new one:
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use ledger_client::{Budget, Client, Error, pb};
+///
+/// # async fn run() -> Result<(), Error> {
+/// let client = Client::builder()
+///     .endpoint("https://ledger.internal:50051")
+///     .ca_certificate(std::fs::read("ca.pem").unwrap_or_default())
+///     .token("shop-secret")
+///     .budget(Budget { timeout: Duration::from_secs(3), ..Budget::default() })
+///     .build()?;
+/// let mut transfer = pb::TransferRequest {
+///     from_account_id: 1,
+///     to_account_id: 2,
+///     amount: 97,
+///     currency: "USD".into(),
+///     ..Default::default()
+/// };
+/// let answer = loop {
+///     match client.transfer(transfer.clone()).await {
+///         Err(Error::Unknown { key }) => transfer.idempotency_key = key,
+///         other => break other?,
+///     }
+/// };
+/// assert!(answer.key.is_some());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Client {
+    channels: Arc<[Channel]>,
+    /// The endpoint the next attempt goes to; moved on by connection failures.
+    current: Arc<AtomicUsize>,
+    token: Option<AsciiMetadataValue>,
+    budget: Budget,
+}
+
+/// How a run of attempts ended without an answer.
+enum Ended {
+    Final(Status),
+    Spent(Option<Status>),
+}
+
+impl Client {
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// This client with another budget (same connections).
+    #[must_use]
+    pub fn with_budget(&self, budget: Budget) -> Self {
+        Self {
+            budget,
+            ..self.clone()
+        }
+    }
+
+    pub fn budget(&self) -> Budget {
+        self.budget
+    }
+
+    /// A new idempotency key: a UUIDv7, so keys sort by when they were made.
+    pub fn new_key() -> String {
+        uuid::Uuid::now_v7().to_string()
+    }
+
+    pub(crate) async fn call<R: Rpc>(
+        &self,
+        mut request: R::Request,
+    ) -> Result<Answer<R::Reply>, Error> {
+        let deadline = Instant::now() + self.budget.timeout;
+        let key = R::key(&mut request).map(|key| {
+            if key.is_empty() {
+                *key = Self::new_key();
+            }
+            key.clone()
+        });
+        // Encoded once: every attempt sends these bytes.
+        let bytes = Bytes::from(request.encode_to_vec());
+        let reserve = if key.is_some() {
+            self.budget.lookup_reserve.min(self.budget.timeout / 2)
+        } else {
+            Duration::ZERO
+        };
+        let (ended, attempts) = match self
+            .attempts::<R::Reply>(R::PATH, &bytes, deadline - reserve)
+            .await
+        {
+            Ok((reply, metadata, attempts)) => {
+                return Ok(Answer {
+                    reply,
+                    replayed: replayed(&metadata),
+                    key,
+                    attempts,
+                });
+            }
+            Err(ended) => ended,
+        };
+        match (ended, key) {
+            (Ended::Final(status), key) => Err(Error::Declined(Box::new(Decline::from_status(
+                &status, key,
+            )))),
+            (Ended::Spent(last), None) => Err(Error::Unavailable {
+                code: last.as_ref().map_or(Code::DeadlineExceeded, Status::code),
+                message: last.map(|s| s.message().to_owned()).unwrap_or_default(),
+            }),
+            (Ended::Spent(_), Some(key)) => self.settle::<R>(key, deadline, attempts).await,
+        }
+    }
+
+    /// Attempts until an answer, a final error, or `until`.
+    async fn attempts<U: prost::Message + Default + Send + 'static>(
+        &self,
+        path: &'static str,
+        bytes: &Bytes,
+        until: Instant,
+    ) -> Result<(U, MetadataMap, u32), (Ended, u32)> {
+        let mut last = None;
+        let mut attempts = 0;
+        loop {
+            let remaining = until.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err((Ended::Spent(last), attempts));
+            }
+            let endpoint = self.current.load(Ordering::Relaxed);
+            attempts += 1;
+            let status = match self
+                .attempt(
+                    endpoint,
+                    path,
+                    bytes.clone(),
+                    remaining.min(self.budget.attempt_timeout),
+                )
+                .await
+            {
+                Ok((reply, metadata)) => return Ok((reply, metadata, attempts)),
+                Err(status) => status,
+            };
+            match verdict(&status) {
+                Verdict::Final => return Err((Ended::Final(status), attempts)),
+                Verdict::Retry { failover } => {
+                    if failover {
+                        // Only the first of the calls that saw this endpoint fail moves on.
+                        let next = (endpoint + 1) % self.channels.len();
+                        let _ = self.current.compare_exchange(
+                            endpoint,
+                            next,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
+                    }
+                    let wait = self.budget.backoff.wait(attempts - 1, &status);
+                    last = Some(status);
+                    if Instant::now() + wait >= until {
+                        return Err((Ended::Spent(last), attempts));
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    /// One attempt on one endpoint, bounded by `timeout` (also sent as the
+    /// call's `grpc-timeout`, so the server stops waiting too).
+    async fn attempt<U: prost::Message + Default + Send + 'static>(
+        &self,
+        endpoint: usize,
+        path: &'static str,
+        bytes: Bytes,
+        timeout: Duration,
+    ) -> Result<(U, MetadataMap), Status> {
+        let channel = self
+            .channels
+            .get(endpoint % self.channels.len())
+            .cloned()
+            .ok_or_else(|| Status::internal("no endpoint"))?;
+        let mut request = Request::new(bytes);
+        request.set_timeout(timeout);
+        if let Some(token) = &self.token {
+            request
+                .metadata_mut()
+                .insert("authorization", token.clone());
+        }
+        let mut grpc = tonic::client::Grpc::new(channel);
+        let call = async {
+            grpc.ready()
+                .await
+                .map_err(|e| Status::from_error(Box::new(e)))?;
+            grpc.unary(
+                request,
+                tonic::codegen::http::uri::PathAndQuery::from_static(path),
+                PreEncoded::<U>::default(),
+            )
+            .await
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(response)) => {
+                let (metadata, reply, _) = response.into_parts();
+                Ok((reply, metadata))
+            }
+            Ok(Err(status)) => Err(status),
+            Err(_) => Err(Status::deadline_exceeded("the attempt timed out")),
+        }
+    }
+
+    /// The attempts left the outcome unknown: asks `LookupKey` within what is
+    /// left of the budget for the stored outcome.
+    async fn settle<R: Rpc>(
+        &self,
+        key: String,
+        deadline: Instant,
+        attempts: u32,
+    ) -> Result<Answer<R::Reply>, Error> {
+        let lookup = pb::LookupKeyRequest {
+            idempotency_key: key.clone(),
+        };
+        let bytes = Bytes::from(lookup.encode_to_vec());
+        let path = <marker::LookupKey as Rpc>::PATH;
+        let Ok((record, _, _)) = self.attempts::<pb::KeyRecord>(path, &bytes, deadline).await
+        else {
+            return Err(Error::Unknown { key });
+        };
+        if record.method != R::PATH {
+            return Err(Error::Declined(Box::new(Decline {
+                code: Code::FailedPrecondition,
+                reason: crate::Reason::IdempotencyKeyReused,
+                message: format!("the key was used for {}", record.method),
+                metadata: std::collections::BTreeMap::new(),
+                violations: Vec::new(),
+                replayed: true,
+                key: Some(key),
+            })));
+        }
+        match record.outcome {
+            Some(pb::key_record::Outcome::Reply(bytes)) => match R::Reply::decode(bytes.as_slice())
+            {
+                Ok(reply) => Ok(Answer {
+                    reply,
+                    replayed: true,
+                    key: Some(key),
+                    attempts,
+                }),
+                Err(e) => Err(Error::Corrupt {
+                    key,
+                    message: e.to_string(),
+                }),
+            },
+            Some(pb::key_record::Outcome::Error(stored)) => Err(Error::Declined(Box::new(
+                Decline::from_stored(&stored, Some(key)),
+            ))),
+            None => Err(Error::Unknown { key }),
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! A client of the ledger (`ledger.v1.Ledger`) that keeps SPEC 5's side of the
+//! exactly-once promise: a keyed call takes effect once however often the network
+//! makes it retry.
+//!
+//! - One key per logical operation: the caller's, or a UUIDv7 made before the
+//!   first attempt ([`Answer::key`], [`Error::Unknown`] carry it).
+//! - Retries of `UNAVAILABLE`, `ABORTED`, `DEADLINE_EXCEEDED` (and `CANCELLED`)
+//!   of one attempt and of connection failures resend the identical request
+//!   bytes, with jittered exponential backoff that honours the server's
+//!   `RetryInfo`, every attempt inside one overall [`Budget`]; a final code is
+//!   never retried.
+//! - When the budget ends with the outcome unknown, `LookupKey` (in a slice
+//!   reserved from the budget) returns the stored reply or decline, or the call
+//!   ends with [`Error::Unknown`]: retry with that key.
+//! - Every answer says whether it was a replay ([`Answer::replayed`],
+//!   [`Decline::replayed`]); declines are typed ([`Reason`], [`Decline`]).
+//! - Several endpoints fail over; TLS with a CA certificate; a bearer token.
+//!
+//! ```no_run
+//! use ledger_client::{Client, Error, Reason, pb};
+//!
+//! # async fn run() -> Result<(), Error> {
+//! let client = Client::builder()
+//!     .endpoint("http://127.0.0.1:50051")
+//!     .endpoint("http://127.0.0.1:50052")
+//!     .build()?;
+//! let charge = pb::ChargeRequest {
+//!     account_id: 1,
+//!     amount: 30,
+//!     currency: "USD".into(),
+//!     ..Default::default()
+//! };
+//! match client.charge(charge).await {
+//!     Ok(answer) => println!("entry {:?}, replay: {}", answer.reply.entry, answer.replayed),
+//!     Err(Error::Declined(d)) if d.reason == Reason::InsufficientFunds => println!("declined"),
+//!     Err(Error::Unknown { key }) => println!("unknown: retry with key {key}"),
+//!     Err(other) => return Err(other),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Layout: [`rpc`](crate::METHODS) lists the RPCs (one line each), `client` holds
+//! the retry loop, `retry` what is retried and the backoff, `error` the
+//! declines. The `WatchEntries` watcher (resuming after the last sequence) is to
+//! come as a module of its own; it shares the endpoints and the token, not the
+//! unary retry loop.
+
+mod client;
+mod error;
+mod retry;
+mod rpc;
+
+pub use client::{Answer, Budget, Builder, Client};
+pub use error::{Decline, Error, Reason, Violation};
+pub use ledger_proto::pb;
+pub use retry::Backoff;
+pub use rpc::{METHODS, Method};

@@ -1,0 +1,18 @@
+//! The client against a live service (the test database: one private server per
+//! run, or `LEDGER_TEST_DATABASE_URL`), one file per capability.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod answers;
+mod budget;
+mod connection;
+mod faults;
+mod service_config;

@@ -1,0 +1,20 @@
+//! What the client's tests (and ledgerctl's, which include this folder) need: the
+//! suite's database server (`server`, the service's own `tests/support/server.rs`),
+//! the service in the test process (`app`), and a TCP proxy that breaks calls
+//! between client and server (`faults`).
+
+#![allow(
+    unreachable_pub,
+    dead_code,
+    unused_imports,
+    missing_debug_implementations
+)]
+
+pub mod app;
+pub mod faults;
+#[path = "../../../../tests/support/server.rs"]
+pub mod server;
+
+pub use app::TestApp;
+pub use faults::{Fault, FaultProxy};
+pub use server::{TestDb, assert_each_key_charged_once};

@@ -1,0 +1,288 @@
+//! Replies as protobuf JSON (as grpcurl prints them: camelCase names, 64-bit
+//! integers as strings, enums by name, RFC 3339 timestamps; default values left
+//! out) or as a table for people; declines likewise. Both read the messages
+//! through their descriptors (prost-reflect), so a field added to the proto shows
+//! up without a change here.
+
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+
+use ledger_client::{Decline, pb};
+use prost_reflect::{
+    DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMessage as _, SerializeOptions, Value,
+};
+use serde_json::{Map, Value as Json, json};
+use tonic_code::name as code_name;
+
+use crate::cli::Output;
+
+/// The contract's descriptors (with the well-known types it imports).
+fn pool() -> &'static DescriptorPool {
+    static POOL: OnceLock<DescriptorPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        DescriptorPool::decode(pb::FILE_DESCRIPTOR_SET)
+            .unwrap_or_else(|e| unreachable!("the generated descriptor set decodes: {e}"))
+    })
+}
+
+fn descriptor(name: &str) -> Result<MessageDescriptor, String> {
+    pool()
+        .get_message_by_name(name)
+        .ok_or_else(|| format!("no message {name} in the contract"))
+}
+
+/// `message` (of the contract's type `name`, e.g. `ledger.v1.ChargeReply`) read
+/// through its descriptor.
+pub(crate) fn dynamic<M: prost::Message>(
+    message: &M,
+    name: &str,
+) -> Result<DynamicMessage, String> {
+    decode(&message.encode_to_vec(), name)
+}
+
+fn decode(bytes: &[u8], name: &str) -> Result<DynamicMessage, String> {
+    DynamicMessage::decode(descriptor(name)?, bytes).map_err(|e| format!("{name}: {e}"))
+}
+
+/// The reply type of a full method name (`/ledger.v1.Ledger/Charge`).
+fn reply_type(method: &str) -> Result<MessageDescriptor, String> {
+    let name = method.rsplit('/').next().unwrap_or_default();
+    pool()
+        .get_service_by_name("ledger.v1.Ledger")
+        .and_then(|service| service.methods().find(|m| m.name() == name))
+        .map(|m| m.output())
+        .ok_or_else(|| format!("no method {method} in the contract"))
+}
+
+fn json_of(message: &DynamicMessage) -> Json {
+    message
+        .serialize_with_options(serde_json::value::Serializer, &SerializeOptions::new())
+        .unwrap_or_else(|e| json!({ "unprintable": e.to_string() }))
+}
+
+/// A reply, in the chosen form.
+pub(crate) fn reply(message: &DynamicMessage, output: Output) -> String {
+    match output {
+        Output::Json => pretty(&json_of(message)),
+        Output::Table => {
+            let mut out = String::new();
+            table(message, 0, &mut out);
+            out
+        }
+    }
+}
+
+/// A `KeyRecord`, its stored reply decoded as its method's reply, or its stored
+/// decline parsed.
+pub(crate) fn key_record(record: &pb::KeyRecord, output: Output) -> Result<String, String> {
+    let mut head = dynamic(record, "ledger.v1.KeyRecord")?;
+    head.clear_field_by_name("reply");
+    head.clear_field_by_name("error");
+    let outcome = match &record.outcome {
+        Some(pb::key_record::Outcome::Reply(bytes)) => Some(Ok(DynamicMessage::decode(
+            reply_type(&record.method)?,
+            bytes.as_slice(),
+        )
+        .map_err(|e| format!("the stored reply: {e}"))?)),
+        Some(pb::key_record::Outcome::Error(status)) => {
+            Some(Err(Decline::from_stored(status, None)))
+        }
+        None => None,
+    };
+    Ok(match output {
+        Output::Json => {
+            let mut doc = json_of(&head);
+            if let (Json::Object(fields), Some(outcome)) = (&mut doc, &outcome) {
+                let (name, value) = match outcome {
+                    Ok(stored) => ("reply", json_of(stored)),
+                    Err(decline) => ("error", decline_json(decline)),
+                };
+                fields.insert(name.into(), value);
+            }
+            pretty(&doc)
+        }
+        Output::Table => {
+            let mut out = String::new();
+            table(&head, 0, &mut out);
+            match &outcome {
+                Some(Ok(stored)) => {
+                    out.push_str("reply\n");
+                    table(stored, 1, &mut out);
+                }
+                Some(Err(decline)) => {
+                    out.push_str("error\n");
+                    decline_table(decline, 1, &mut out);
+                }
+                None => {}
+            }
+            out
+        }
+    })
+}
+
+/// A decline, in the chosen form.
+pub(crate) fn decline(decline: &Decline, output: Output) -> String {
+    match output {
+        Output::Json => pretty(&decline_json(decline)),
+        Output::Table => {
+            let mut out = String::new();
+            decline_table(decline, 0, &mut out);
+            out
+        }
+    }
+}
+
+fn decline_json(decline: &Decline) -> Json {
+    let mut doc = Map::new();
+    doc.insert("code".into(), code_name(decline.code).into());
+    doc.insert("message".into(), decline.message.clone().into());
+    doc.insert("reason".into(), decline.reason.as_str().into());
+    if !decline.metadata.is_empty() {
+        doc.insert("metadata".into(), json!(decline.metadata));
+    }
+    if !decline.violations.is_empty() {
+        let violations: Vec<Json> = decline
+            .violations
+            .iter()
+            .map(|v| json!({ "field": v.field, "description": v.description }))
+            .collect();
+        doc.insert("fieldViolations".into(), violations.into());
+    }
+    Json::Object(doc)
+}
+
+fn decline_table(decline: &Decline, depth: usize, out: &mut String) {
+    let mut row = |name: &str, value: &str| line(out, depth, name, value);
+    row("code", code_name(decline.code));
+    row("reason", decline.reason.as_str());
+    row("message", &decline.message);
+    for (name, value) in &decline.metadata {
+        row(name, value);
+    }
+    for violation in &decline.violations {
+        row(&violation.field, &violation.description);
+    }
+}
+
+fn pretty(doc: &Json) -> String {
+    let mut text = serde_json::to_string_pretty(doc).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// Fields whose value is an amount of money, in minor units of the message's
+/// `currency`.
+const AMOUNTS: &[&str] = &[
+    "amount",
+    "balance",
+    "balance_after",
+    "held",
+    "available",
+    "captured_amount",
+];
+
+fn table(message: &DynamicMessage, depth: usize, out: &mut String) {
+    let currency = message
+        .get_field_by_name("currency")
+        .and_then(|c| c.as_str().map(str::to_owned))
+        .filter(|c| !c.is_empty());
+    for (field, value) in message.fields() {
+        let name = field.name();
+        match value {
+            Value::Message(inner) => message_row(inner, name, depth, out),
+            Value::List(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let label = format!("{name}[{i}]");
+                    match item {
+                        Value::Message(inner) => message_row(inner, &label, depth, out),
+                        other => line(out, depth, &label, &scalar(other, &field)),
+                    }
+                }
+            }
+            other => {
+                let mut text = scalar(other, &field);
+                if let (true, Some(currency)) = (AMOUNTS.contains(&name), &currency) {
+                    let _ = write!(text, " {currency} (minor units)");
+                }
+                line(out, depth, name, &text);
+            }
+        }
+    }
+}
+
+/// A nested message: a timestamp or duration on one line, anything else as a
+/// block of its own.
+fn message_row(inner: &DynamicMessage, name: &str, depth: usize, out: &mut String) {
+    match inner.descriptor().full_name() {
+        "google.protobuf.Timestamp" => {
+            let text = inner
+                .transcode_to::<prost_types::Timestamp>()
+                .map_or_else(|e| e.to_string(), |t| t.to_string());
+            line(out, depth, name, &text);
+        }
+        "google.protobuf.Duration" => {
+            let text = inner
+                .transcode_to::<prost_types::Duration>()
+                .map_or_else(|e| e.to_string(), |d| d.to_string());
+            line(out, depth, name, &text);
+        }
+        _ => {
+            let _ = writeln!(out, "{}{name}", "  ".repeat(depth));
+            table(inner, depth + 1, out);
+        }
+    }
+}
+
+fn scalar(value: &Value, field: &prost_reflect::FieldDescriptor) -> String {
+    match value {
+        Value::EnumNumber(number) => field
+            .kind()
+            .as_enum()
+            .and_then(|e| e.get_value(*number))
+            .map_or_else(|| number.to_string(), |v| v.name().to_owned()),
+        Value::String(text) => text.clone(),
+        Value::Bytes(bytes) => format!("{} bytes", bytes.len()),
+        Value::Bool(b) => b.to_string(),
+        Value::I32(n) => n.to_string(),
+        Value::I64(n) => n.to_string(),
+        Value::U32(n) => n.to_string(),
+        Value::U64(n) => n.to_string(),
+        Value::F32(n) => n.to_string(),
+        Value::F64(n) => n.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn line(out: &mut String, depth: usize, name: &str, value: &str) {
+    let indent = "  ".repeat(depth);
+    let width = 23_usize.saturating_sub(indent.len());
+    let _ = writeln!(out, "{indent}{name:<width$} {value}");
+}
+
+/// The canonical names of gRPC codes, as the JSON of a `google.rpc.Code` spells
+/// them.
+mod tonic_code {
+    use tonic::Code;
+
+    pub(super) fn name(code: Code) -> &'static str {
+        match code {
+            Code::Ok => "OK",
+            Code::Cancelled => "CANCELLED",
+            Code::Unknown => "UNKNOWN",
+            Code::InvalidArgument => "INVALID_ARGUMENT",
+            Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            Code::NotFound => "NOT_FOUND",
+            Code::AlreadyExists => "ALREADY_EXISTS",
+            Code::PermissionDenied => "PERMISSION_DENIED",
+            Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            Code::FailedPrecondition => "FAILED_PRECONDITION",
+            Code::Aborted => "ABORTED",
+            Code::OutOfRange => "OUT_OF_RANGE",
+            Code::Unimplemented => "UNIMPLEMENTED",
+            Code::Internal => "INTERNAL",
+            Code::Unavailable => "UNAVAILABLE",
+            Code::DataLoss => "DATA_LOSS",
+            Code::Unauthenticated => "UNAUTHENTICATED",
+        }
+    }
+}
