@@ -5,6 +5,8 @@
 //!
 //! - `exec`: the exactly-once executor, the same for every operation.
 //! - `tables`: one file per table, and the plain reads.
+//! - `stream`: the change stream's assigner, a task beside the request path
+//!   that numbers committed entries; writers never touch it.
 //! - `admin`: migrations, retention, the audit, the shared secret; work outside
 //!   the request path.
 //! - `conn`: connections, pools, the self-check, routing, bounded transactions,
@@ -13,6 +15,7 @@
 pub mod admin;
 pub mod conn;
 mod exec;
+pub mod stream;
 mod tables;
 
 use std::sync::Arc;
@@ -159,6 +162,9 @@ struct Inner {
     before_commit: Option<BeforeCommit>,
     /// Where keyed calls wait for a batch, with group commit on.
     group: Option<group::Queue>,
+    /// Between the writers and the change stream's assigner: committed entries
+    /// to number, and the highest number assigned.
+    stream: Arc<stream::Signals>,
 }
 
 /// A [`Persistence`] that does not keep it alive (for its own background tasks).
@@ -203,6 +209,7 @@ impl Persistence {
                 encoder,
                 before_commit,
                 group,
+                stream: Arc::default(),
             }),
         };
         if let Some(writers) = writers {
@@ -266,6 +273,18 @@ impl Persistence {
             .spawn(async move { keyed::run(&this, &call, &key, &command).await })
             .await
             .map_err(|e| Error::internal(format!("transaction task failed: {e}")))?
+    }
+
+    /// What the change stream's assigner shares with this instance (`stream`).
+    pub fn stream(&self) -> Arc<stream::Signals> {
+        self.inner.stream.clone()
+    }
+
+    /// The highest change-stream sequence assigned, as this instance knows it:
+    /// changed after each round its assigner commits, and about every second
+    /// from the database while another instance assigns.
+    pub fn assigned(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.stream.assigned()
     }
 
     /// Keyed calls waiting for a group-commit writer (0 without group commit).

@@ -20,11 +20,21 @@ const BATCH_WAITING: &str = "ledger_batch_waiting_calls";
 const BATCH_STALLS: &str = "ledger_batch_stalls_total";
 const KEYS_PURGED: &str = "ledger_keys_purged_total";
 const OLDEST_KEY_AGE: &str = "ledger_oldest_key_age_seconds";
+const STREAM_LAG: &str = "ledger_stream_lag_seconds";
+const STREAM_SEQUENCE: &str = "ledger_stream_sequence";
+const STREAM_ASSIGNER: &str = "ledger_stream_assigner";
 
 /// Latency buckets, in seconds: a durable commit takes about a millisecond, a lock
 /// wait up to the configured bound.
 const LATENCY_BUCKETS: &[f64] = &[
     0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Stream lag buckets, in seconds: a round follows a local commit within
+/// milliseconds, one through another instance within the idle tick, and a
+/// killed assigner's entries within its lease.
+const LAG_BUCKETS: &[f64] = &[
+    0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
 /// Serves `/metrics` on `addr` and makes it the process's metrics recorder.
@@ -34,6 +44,10 @@ pub fn install(addr: SocketAddr) -> anyhow::Result<()> {
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Full(RPC_SECONDS.into()),
             LATENCY_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full(STREAM_LAG.into()),
+            LAG_BUCKETS,
         )?
         .install()
         .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
@@ -81,6 +95,19 @@ fn describe() {
         OLDEST_KEY_AGE,
         metrics::Unit::Seconds,
         "age of the oldest idempotency key row, as of the last purge"
+    );
+    describe_histogram!(
+        STREAM_LAG,
+        metrics::Unit::Seconds,
+        "per entry numbered by this instance's assigner: the database's clock at the round less the entry's created_at"
+    );
+    describe_gauge!(
+        STREAM_SEQUENCE,
+        "the highest change-stream sequence assigned, as this instance last learned it"
+    );
+    describe_gauge!(
+        STREAM_ASSIGNER,
+        "1 while this instance holds the change stream's assigner lease"
     );
 }
 
@@ -139,6 +166,18 @@ pub fn keys_purged(rows: u64) {
 
 pub fn oldest_key_age(seconds: f64) {
     gauge!(OLDEST_KEY_AGE).set(seconds);
+}
+
+pub fn stream_lag(seconds: f64) {
+    histogram!(STREAM_LAG).record(seconds);
+}
+
+pub fn stream_sequence(highest: f64) {
+    gauge!(STREAM_SEQUENCE).set(highest);
+}
+
+pub fn stream_assigner(held: bool) {
+    gauge!(STREAM_ASSIGNER).set(if held { 1.0 } else { 0.0 });
 }
 
 pub fn database_up(up: bool) {
