@@ -55,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::db::conn::failure::{AttemptError, Failure, Step};
 use crate::db::conn::pool::{self, CheckoutError, Pool, PoolSettings, Role, Session};
-use crate::db::conn::sql::{Bind, Sql, hex};
+use crate::db::conn::sql::{Bind, Sql, datetime, hex};
 use crate::db::conn::tx::{Committed, Tx};
 use crate::telemetry::metrics;
 use order::Unnumbered;
@@ -75,6 +75,10 @@ const IDLE_TICK: Duration = Duration::from_millis(20);
 const ERROR_PAUSE: Duration = Duration::from_millis(250);
 /// The most entries one round reads (and numbers).
 pub const ROUND_LIMIT: u64 = 10_000;
+/// The most entries a round reads of one instant, when that instant alone
+/// fills [`ROUND_LIMIT`]: more than one group-commit batch can write (64 calls
+/// of at most 512 entries), so a batch is never held back for ever.
+const INSTANT_LIMIT: u64 = 65_536;
 /// Entries per `UPDATE` of a round, and accounts per look-up of predecessors.
 const CHUNK: usize = 1_000;
 /// A round waits at most this long for a row lock (an entry a refund holds).
@@ -165,12 +169,23 @@ struct Numbered {
     account_id: u64,
 }
 
+const UNNUMBERED_COLUMNS: &str = "entry_id, account_id, account_seq, namespace, \
+    idempotency_key, CAST(leg AS UNSIGNED) AS leg, created_at, UTC_TIMESTAMP(6) AS now";
+
 /// The read of a round's unnumbered entries.
 pub fn unnumbered_sql() -> String {
     format!(
-        "SELECT entry_id, account_id, account_seq, namespace, idempotency_key, \
-         CAST(leg AS UNSIGNED) AS leg, created_at, UTC_TIMESTAMP(6) AS now FROM entries \
-         WHERE sequence IS NULL ORDER BY created_at, entry_id LIMIT {ROUND_LIMIT}"
+        "SELECT {UNNUMBERED_COLUMNS} FROM entries WHERE sequence IS NULL \
+         ORDER BY created_at, entry_id LIMIT {ROUND_LIMIT}"
+    )
+}
+
+/// The read of the unnumbered entries of one instant.
+fn instant_sql(at: NaiveDateTime) -> String {
+    format!(
+        "SELECT {UNNUMBERED_COLUMNS} FROM entries WHERE sequence IS NULL AND created_at = {at} \
+         ORDER BY entry_id LIMIT {INSTANT_LIMIT}",
+        at = datetime(at.and_utc())
     )
 }
 
@@ -367,29 +382,7 @@ impl Assigner {
     async fn round(&self) -> Result<Round, AttemptError> {
         let mut conn = self.checkout().await?;
         let mut tx = Tx::new(&mut conn, &self.pool, LOCK_WAIT);
-        let read = async {
-            let lease: Vec<LeaseRow> = tx
-                .load(
-                    Step::Stream,
-                    Sql::new(
-                        "SELECT owner, CAST(lease_until > UTC_TIMESTAMP(6) AS UNSIGNED) AS valid, \
-                         next_sequence FROM ledger_stream WHERE id = 1 FOR UPDATE",
-                    ),
-                )
-                .await?;
-            let Some(lease) = lease.into_iter().next() else {
-                return Ok(None);
-            };
-            if lease.owner != self.owner || lease.valid == 0 {
-                return Ok(None);
-            }
-            let rows: Vec<Row> = tx.load(Step::Stream, Sql::new(unnumbered_sql())).await?;
-            let rows: Vec<(Unnumbered, NaiveDateTime)> = rows.into_iter().map(Row::split).collect();
-            let unnumbered: Vec<Unnumbered> = rows.iter().map(|(u, _)| u.clone()).collect();
-            let blocked = unnumbered_predecessors(&mut tx, &unnumbered).await?;
-            Ok::<_, Failure>(Some((lease.next_sequence, rows, blocked)))
-        };
-        let (next, rows, blocked) = match read.await {
+        let read = match self.read(&mut tx).await {
             Ok(Some(read)) => read,
             Ok(None) => {
                 tx.finish().await?;
@@ -397,12 +390,7 @@ impl Assigner {
             }
             Err(failure) => return Err(tx.fail(failure).await),
         };
-        let full = u64::try_from(rows.len()).unwrap_or(u64::MAX) >= ROUND_LIMIT;
-        let unnumbered: Vec<Unnumbered> = rows.iter().map(|(u, _)| u.clone()).collect();
-        let cut_at = full
-            .then(|| unnumbered.last().map(|u| u.created_at))
-            .flatten();
-        let plan = order::plan(&unnumbered, cut_at, &blocked);
+        let plan = order::plan(&read.rows, read.cut_at, &read.blocked);
         if plan.order.is_empty() {
             tx.finish().await?;
             return Ok(Round::Done {
@@ -413,27 +401,69 @@ impl Assigner {
         let numbers: Vec<(u64, u64)> = plan
             .order
             .iter()
-            .zip(next..)
-            .filter_map(|(&r, seq)| unnumbered.get(r).map(|u| (u.entry_id, seq)))
+            .zip(read.next..)
+            .filter_map(|(&r, seq)| read.rows.get(r).map(|u| (u.entry_id, seq)))
             .collect();
-        let last = next + u64::try_from(numbers.len()).unwrap_or(u64::MAX);
-        let sql = self.assign_sql(next, last, numbers);
+        let last = read.next + u64::try_from(numbers.len()).unwrap_or(u64::MAX);
+        let sql = self.assign_sql(read.next, last, numbers);
         match tx.commit(&sql, false).await {
             Committed::Yes => {}
             Committed::No(e) | Committed::Unknown(e) => return Err(e),
         }
         self.signals.publish(last - 1);
-        for &r in &plan.order {
-            if let Some((row, now)) = rows.get(r) {
-                let lag = (*now - row.created_at).num_microseconds().unwrap_or(0);
-                #[expect(clippy::cast_precision_loss, reason = "seconds for a histogram")]
-                metrics::stream_lag(lag.max(0) as f64 / 1e6);
-            }
+        for row in plan.order.iter().filter_map(|&r| read.rows.get(r)) {
+            let lag = (read.now - row.created_at).num_microseconds().unwrap_or(0);
+            #[expect(clippy::cast_precision_loss, reason = "seconds for a histogram")]
+            metrics::stream_lag(lag.max(0) as f64 / 1e6);
         }
         Ok(Round::Done {
             numbered: plan.order.len(),
             held_back: plan.held_back,
         })
+    }
+
+    /// A round's reads: the lease row, locked (`None` unless the lease is this
+    /// instance's), then the unnumbered entries and whether their accounts'
+    /// entries before them are numbered, in the snapshot of the first plain read.
+    async fn read(&self, tx: &mut Tx<'_>) -> Result<Option<Read>, Failure> {
+        let lease: Vec<LeaseRow> = tx
+            .load(
+                Step::Stream,
+                Sql::new(
+                    "SELECT owner, CAST(lease_until > UTC_TIMESTAMP(6) AS UNSIGNED) AS valid, \
+                     next_sequence FROM ledger_stream WHERE id = 1 FOR UPDATE",
+                ),
+            )
+            .await?;
+        let Some(lease) = lease.into_iter().next() else {
+            return Ok(None);
+        };
+        if lease.owner != self.owner || lease.valid == 0 {
+            return Ok(None);
+        }
+        let mut rows: Vec<Row> = tx.load(Step::Stream, Sql::new(unnumbered_sql())).await?;
+        let mut limit = ROUND_LIMIT;
+        let last = rows.last().map(|r| r.created_at);
+        let mut full = u64::try_from(rows.len()).unwrap_or(u64::MAX) >= limit;
+        // One instant fills the read (a batch of large posts): holding it back as
+        // possibly cut would hold it forever, so read all of it.
+        if let (true, Some(last)) = (full, last)
+            && rows.first().is_some_and(|r| r.created_at == last)
+        {
+            limit = INSTANT_LIMIT;
+            rows = tx.load_text(Step::Stream, instant_sql(last)).await?;
+            full = u64::try_from(rows.len()).unwrap_or(u64::MAX) >= limit;
+        }
+        let now = rows.first().map(|r| r.now).unwrap_or_default();
+        let rows: Vec<Unnumbered> = rows.into_iter().map(Row::unnumbered).collect();
+        let blocked = unnumbered_predecessors(tx, &rows).await?;
+        Ok(Some(Read {
+            next: lease.next_sequence,
+            cut_at: full.then(|| rows.last().map(|u| u.created_at)).flatten(),
+            rows,
+            now,
+            blocked,
+        }))
     }
 
     /// The final batch of a round: `next_sequence` from `next` to `last`, the
@@ -472,20 +502,30 @@ impl Assigner {
 }
 
 impl Row {
-    fn split(self) -> (Unnumbered, NaiveDateTime) {
-        (
-            Unnumbered {
-                entry_id: self.entry_id,
-                account_id: self.account_id,
-                account_seq: self.account_seq,
-                namespace: self.namespace,
-                idempotency_key: self.idempotency_key,
-                leg: self.leg,
-                created_at: self.created_at,
-            },
-            self.now,
-        )
+    fn unnumbered(self) -> Unnumbered {
+        Unnumbered {
+            entry_id: self.entry_id,
+            account_id: self.account_id,
+            account_seq: self.account_seq,
+            namespace: self.namespace,
+            idempotency_key: self.idempotency_key,
+            leg: self.leg,
+            created_at: self.created_at,
+        }
     }
+}
+
+/// What a round read.
+struct Read {
+    /// The lease row's next sequence.
+    next: u64,
+    rows: Vec<Unnumbered>,
+    /// The database's clock at the read.
+    now: NaiveDateTime,
+    /// The instant of the last row, when the read stopped at its limit.
+    cut_at: Option<NaiveDateTime>,
+    /// The accounts whose entry before their first in `rows` is not numbered.
+    blocked: HashSet<u64>,
 }
 
 /// The accounts of `rows` whose entry before their first in `rows` has no
