@@ -73,6 +73,8 @@ const MIN_GAP: Duration = Duration::from_millis(5);
 const IDLE_TICK: Duration = Duration::from_millis(20);
 /// After a failed round or lease attempt (the database down, say).
 const ERROR_PAUSE: Duration = Duration::from_millis(250);
+/// Rounds failed in a row before it is worth a warning (about 5 s of them).
+const FAILURES_REPORTED: u32 = 20;
 /// The most entries one round reads (and numbers).
 pub const ROUND_LIMIT: u64 = 10_000;
 /// The most entries a round reads of one instant, when that instant alone
@@ -216,6 +218,59 @@ enum Round {
     },
 }
 
+/// What the rounds in a row have done, for the log.
+#[derive(Debug, Default)]
+struct Rounds {
+    /// The last round could number none of the entries it read.
+    stuck: bool,
+    /// Rounds failed in a row.
+    failures: u32,
+}
+
+impl Rounds {
+    /// Logs what deserves it, and says how long to wait before the next round
+    /// (`None`: the lease is lost).
+    fn judge(&mut self, round: Result<Round, AttemptError>) -> Option<Duration> {
+        match round {
+            Ok(Round::NotOurs) => None,
+            Ok(Round::Done {
+                numbered,
+                held_back,
+            }) => {
+                if self.failures >= FAILURES_REPORTED {
+                    tracing::info!(
+                        failures = self.failures,
+                        "rounds of the change stream succeed again"
+                    );
+                }
+                self.failures = 0;
+                let stuck = numbered == 0 && held_back > 0;
+                if stuck && !self.stuck {
+                    tracing::warn!(
+                        held_back,
+                        "a round of the change stream can number none of the entries it read"
+                    );
+                }
+                self.stuck = stuck;
+                Some(if numbered > 0 {
+                    Duration::ZERO
+                } else {
+                    IDLE_TICK
+                })
+            }
+            Err(e) => {
+                self.failures += 1;
+                if self.failures == FAILURES_REPORTED {
+                    tracing::warn!(failures = self.failures, error = ?e, "rounds of the change stream keep failing; entries wait for their numbers");
+                } else {
+                    tracing::debug!(error = ?e, "a round of the change stream failed; trying again");
+                }
+                Some(ERROR_PAUSE)
+            }
+        }
+    }
+}
+
 /// This instance's candidate for the assigner's lease, and the rounds it runs
 /// while it holds it.
 #[derive(Debug)]
@@ -252,19 +307,16 @@ impl Assigner {
         let mut holding = false;
         let mut next_lease = Instant::now();
         let mut last_round = Instant::now();
-        let mut stuck = false;
+        let mut rounds = Rounds::default();
         loop {
             let mut pause = IDLE_TICK;
             if Instant::now() >= next_lease {
                 next_lease = Instant::now() + RENEW_EVERY;
-                let held = match self.take_lease().await {
-                    Ok(held) => held,
-                    Err(e) => {
-                        tracing::debug!(error = ?e, "the stream's lease could not be taken or renewed");
-                        pause = ERROR_PAUSE;
-                        false
-                    }
-                };
+                let held = self.take_lease().await.unwrap_or_else(|e| {
+                    tracing::debug!(error = ?e, "the stream's lease could not be taken or renewed");
+                    pause = ERROR_PAUSE;
+                    false
+                });
                 if held != holding {
                     tracing::info!(owner = %String::from_utf8_lossy(&self.owner), held, "the change stream's assigner lease");
                     metrics::stream_assigner(held);
@@ -273,31 +325,11 @@ impl Assigner {
             }
             if holding {
                 last_round = Instant::now();
-                match self.round().await {
-                    Ok(Round::NotOurs) => {
-                        holding = false;
-                        metrics::stream_assigner(false);
-                    }
-                    Ok(Round::Done {
-                        numbered,
-                        held_back,
-                    }) => {
-                        if numbered > 0 {
-                            pause = Duration::ZERO;
-                        }
-                        let now_stuck = numbered == 0 && held_back > 0;
-                        if now_stuck && !stuck {
-                            tracing::warn!(
-                                held_back,
-                                "a round of the change stream can number none of the entries it read"
-                            );
-                        }
-                        stuck = now_stuck;
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = ?e, "a round of the change stream failed; trying again");
-                        pause = ERROR_PAUSE;
-                    }
+                if let Some(after) = rounds.judge(self.round().await) {
+                    pause = after;
+                } else {
+                    holding = false;
+                    metrics::stream_assigner(false);
                 }
             } else {
                 pause = pause.max(next_lease.saturating_duration_since(Instant::now()));
