@@ -75,3 +75,20 @@ pub async fn assert_stream_sound(db: &TestDb) {
         "an operation's entries consecutive, in leg order"
     );
 }
+
+/// Polls until no instance holds the assigner's lease (the last one stopped and
+/// gave it up); fails after 10 s.
+pub async fn until_lease_free(db: &TestDb) {
+    let mut conn = db.sql().await;
+    for _ in 0..500 {
+        let held: Option<u64> = conn
+            .query_first("SELECT COUNT(*) FROM ledger_stream WHERE lease_until >= UTC_TIMESTAMP(6)")
+            .await
+            .unwrap();
+        if held == Some(0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the assigner's lease is still held");
+}
