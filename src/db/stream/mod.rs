@@ -265,7 +265,13 @@ impl Rounds {
                 } else {
                     tracing::debug!(error = ?e, "a round of the change stream failed; trying again");
                 }
-                Some(ERROR_PAUSE)
+                // A deadlock or a certification conflict clears at once; the
+                // database gone does not.
+                Some(if matches!(e, AttemptError::Conflict) {
+                    Duration::ZERO
+                } else {
+                    ERROR_PAUSE
+                })
             }
         }
     }
