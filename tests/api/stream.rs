@@ -419,3 +419,42 @@ async fn an_instant_larger_than_a_round_is_numbered() {
     backlog(&db, 6_000, "TIMESTAMP('2026-01-01')").await;
     number_all(&db, 12_000).await;
 }
+
+/// An entry inserted and not yet committed (by a transaction the test holds
+/// open, with the lowest id and the earliest instant) is never numbered: the
+/// entries that commit meanwhile are, and it gets the next number once it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_uncommitted_entry_is_never_numbered() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let quiet = app.funded_account("USD", 0).await;
+    let busy = app.funded_account("USD", 100).await;
+    until_sequenced(&db, SEQUENCED_WITHIN).await;
+    let mut writer = db.sql().await;
+    writer.query_drop("BEGIN").await.unwrap();
+    writer
+        .query_drop(format!(
+            "INSERT INTO entries (entry_id, account_id, account_seq, kind, amount, currency, \
+             balance_after, namespace, idempotency_key, description, created_at) \
+             VALUES (0, {quiet}, 1, 2, 1, 'USD', 1, '', 'open-ended', '', '2000-01-01')"
+        ))
+        .await
+        .unwrap();
+    let mut client = app.client().await;
+    for i in 0..5 {
+        client
+            .charge(charge(&format!("meanwhile-{i}"), busy, 1))
+            .await
+            .unwrap();
+    }
+    until_sequenced(&db, SEQUENCED_WITHIN).await;
+    let numbered = db.count("SELECT MAX(sequence) FROM entries").await;
+    writer.query_drop("COMMIT").await.unwrap();
+    until_sequenced(&db, SEQUENCED_WITHIN).await;
+    assert_eq!(
+        db.count("SELECT sequence FROM entries WHERE entry_id = 0")
+            .await,
+        numbered + 1
+    );
+    assert_stream_sound(&db).await;
+}
