@@ -19,7 +19,9 @@
 //! - [`db`]: all SQL, in layers: `db::conn` (connections, pools, bounded
 //!   transactions), `db::tables` (one file per table, and the reads), `db::exec`
 //!   (the exactly-once transaction, one for every operation and for a lone call
-//!   or a batch) and `db::admin` (migrations, retention, the audit's queries).
+//!   or a batch), `db::stream` (the change stream's assigner: a leased task
+//!   that numbers committed entries) and `db::admin` (migrations, retention,
+//!   the audit's queries).
 //! - [`grpc`]: the tonic service: protobuf in, domain, protobuf out; the one error
 //!   mapping; bearer tokens, the key namespace per client, and the methods each
 //!   client may call (`grpc::auth`).
