@@ -19,6 +19,7 @@ use tonic_health::server::{HealthReporter, HealthService};
 use crate::config::Settings;
 use crate::db::admin::migrate;
 use crate::db::admin::purge::Purger;
+use crate::db::stream::Assigner;
 use crate::db::{self, BeforeCommit, Persistence};
 use crate::grpc::auth::Authenticator;
 use crate::grpc::{LedgerService, PageTokens, ProtoEncoder, ResourceExhausted};
@@ -189,6 +190,13 @@ impl Application {
                 .collect();
             tokio::spawn(Purger::new(&urls, retention).run(stop_watching.clone()))
         });
+        let assigner = settings.stream_assigner.then(|| {
+            let urls: Vec<String> = std::iter::once(settings.database_url.clone())
+                .chain(settings.failover_urls.iter().cloned())
+                .collect();
+            let assigner = Assigner::new(&urls, &settings.session, persistence.stream());
+            tokio::spawn(assigner.run(stop_watching.clone()))
+        });
 
         let router = router(&settings, &persistence, pages, &reporter)?;
         let stop_accepting = CancellationToken::new();
@@ -216,6 +224,9 @@ impl Application {
         let _ = watcher.await;
         if let Some(purger) = purger {
             let _ = purger.await;
+        }
+        if let Some(assigner) = assigner {
+            let _ = assigner.await;
         }
         health::set_all(&reporter, ServingStatus::NotServing).await;
         tokio::select! {

@@ -11,7 +11,10 @@
 //! - an account's `held` equals its held holds; a captured hold has one capture
 //!   entry, of what it took and at most its amount;
 //! - every stored outcome decodes, and a stored reply names exactly what its key
-//!   wrote.
+//!   wrote;
+//! - the change stream's sequences run 1, 2, 3, ... without a hole, give each
+//!   account's entries in the order they were applied and each operation's
+//!   together, in leg order, and no entry older than the lag bound lacks one.
 
 use std::fmt;
 

@@ -162,6 +162,19 @@ pub struct ServeArgs {
     /// refused as IDEMPOTENCY_KEY_EXPIRED. Unset: keys are kept forever
     #[arg(long, env = "LEDGER_KEY_RETENTION", value_parser = parse_positive_duration)]
     pub key_retention: Option<Duration>,
+
+    /// Whether this instance is a candidate for numbering the change stream (one
+    /// instance of a fleet numbers at a time, under a lease; another takes over
+    /// within seconds when it stops). At least one instance must be on
+    #[arg(long, env = "LEDGER_STREAM_ASSIGNER", value_enum, default_value_t = Switch::On)]
+    pub stream_assigner: Switch,
+}
+
+/// A setting that is on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
 }
 
 /// Where the database is.
@@ -308,6 +321,7 @@ impl ServeArgs {
             max_concurrent_calls: usize::try_from(self.max_concurrent_calls)?,
             max_concurrent_streams: self.max_concurrent_streams,
             key_retention: self.key_retention,
+            stream_assigner: self.stream_assigner == Switch::On,
         })
     }
 }
@@ -350,6 +364,8 @@ pub struct Settings {
     pub max_concurrent_streams: u32,
     /// Purge key rows older than this (SPEC 3.5); `None` keeps them forever.
     pub key_retention: Option<Duration>,
+    /// Run a candidate for the change stream's assigner lease (`db::stream`).
+    pub stream_assigner: bool,
 }
 
 impl Settings {

@@ -19,9 +19,10 @@
 //! - [`db`]: all SQL, in layers: `db::conn` (connections, pools, bounded
 //!   transactions), `db::tables` (one file per table, and the reads), `db::exec`
 //!   (the exactly-once transaction, one for every operation and for a lone call
-//!   or a batch), `db::watch` (WatchEntries: each stream's watcher and the one
-//!   tail they share) and `db::admin` (migrations, retention, the audit's
-//!   queries).
+//!   or a batch), `db::stream` (the change stream's assigner: a leased task
+//!   that numbers committed entries), `db::watch` (WatchEntries: each stream's
+//!   watcher and the one tail they share) and `db::admin` (migrations,
+//!   retention, the audit's queries).
 //! - [`grpc`]: the tonic service: protobuf in, domain, protobuf out; the one error
 //!   mapping; bearer tokens, the key namespace per client, and the methods each
 //!   client may call (`grpc::auth`).

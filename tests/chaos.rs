@@ -8,7 +8,8 @@
 //! injector SIGKILLs and restarts instances, KILLs the service's database
 //! connections mid-transaction, and restarts the database server. At the end,
 //! `ledger audit` passes, every key the clients saw succeed has exactly one entry,
-//! every declined key has none, and each balance equals the clients' model.
+//! every declined key has none, each balance equals the clients' model, and
+//! every entry has its place in the change stream.
 //!
 //! `LEDGER_CHAOS_SEED` replays a run's workload and fault schedule;
 //! `LEDGER_CHAOS_SECS` sets its length (default 40 s); `LEDGER_CHAOS_REPORT` names a
@@ -98,9 +99,13 @@ async fn money_is_neither_created_nor_lost_under_faults() {
     stop.store(true, Ordering::Relaxed);
     let finals = clients.await.unwrap();
 
+    // Whatever was killed, every entry gets its number, in order, without a hole.
+    let numbered = support::until_sequenced(&db, Duration::from_secs(30)).await;
+    support::assert_stream_sound(&db).await;
     verify(&db, &accounts, &finals).await;
     let summary = format!(
-        "chaos on {}: seed {seed}, {secs} s, {}; faults: {faults}; audit passed, balances match the model",
+        "chaos on {}: seed {seed}, {secs} s, {}; faults: {faults}; audit passed, balances match the model; \
+         every entry numbered {numbered:?} after the load",
         server.lock().await.flavor_name(),
         counters.summary(),
     );

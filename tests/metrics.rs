@@ -38,10 +38,12 @@ async fn metrics_count_calls_replays_reuses_lock_waits_and_retries() {
         ..Config::default()
     };
     let app = TestApp::spawn_with(&db, config).await;
+    // The first instance numbers the stream, and records its metrics.
     let other = TestApp::spawn_with(
         &db,
         Config {
             pool_size: 12,
+            stream_assigner: Some(false),
             ..Config::default()
         },
     )
@@ -108,6 +110,7 @@ async fn metrics_count_calls_replays_reuses_lock_waits_and_retries() {
     );
     assert_eq!(value("ledger_stream_watchers"), 1);
     assert_eq!(value("ledger_stream_entries_total"), watched);
+    stream_metrics(&db, metrics).await;
 }
 
 /// A watcher of every account that has read every entry there is (numbered
@@ -133,6 +136,25 @@ async fn watch_everything(
         assert_eq!(entry.sequence, sequence);
     }
     (stream, entries)
+}
+
+/// Once every entry has its number: the instance holds the lease, knows the
+/// highest number, and measured the lag of each entry it numbered.
+async fn stream_metrics(db: &TestDb, metrics: std::net::SocketAddr) {
+    support::until_sequenced(db, Duration::from_secs(20)).await;
+    let entries = db.count("SELECT COUNT(*) FROM entries").await;
+    let mut m = scrape(metrics).await;
+    for _ in 0..500 {
+        if m.get("ledger_stream_sequence") == Some(&entries) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        m = scrape(metrics).await;
+    }
+    let value = |series: &str| m.get(series).copied().unwrap_or(0);
+    assert_eq!(value("ledger_stream_assigner"), 1, "{m:?}");
+    assert_eq!(value("ledger_stream_sequence"), entries);
+    assert_eq!(value("ledger_stream_lag_seconds_count"), entries);
 }
 
 /// OpenAccount, Credit, a charge and its replay, a reused key, an invalid request,

@@ -35,7 +35,8 @@ use bytes::Bytes;
 use ledger::proto::pb;
 use support::{
     Config, Gate, LedgerProcess, TestApp, TestDb, assert_audit_passes, assert_one_did_the_work,
-    at_once, charge, credit, free_port, leg, post, raw_call, replayed, scrape,
+    assert_stream_sound, at_once, charge, credit, free_port, leg, post, raw_call, replayed, scrape,
+    until_sequenced,
 };
 use tonic::Code;
 use tonic::metadata::MetadataMap;
@@ -523,6 +524,10 @@ async fn posts_across_three_nodes_apply_once_and_conserve_money() {
         total += db.balance(*account).await;
     }
     assert_eq!(total, 5 * 100_000, "money is conserved");
+    // Written through three nodes, numbered by one assigner: each account's
+    // entries in journal order, each post's together.
+    until_sequenced(&db, std::time::Duration::from_secs(30)).await;
+    assert_stream_sound(&db).await;
     for node in nodes() {
         assert_audit_passes(&db.url_on(&node)).await;
     }

@@ -6,6 +6,8 @@
 //! - `exec`: the exactly-once executor, the same for every operation.
 //! - `tables`: one file per table, and the plain reads.
 //! - `watch`: WatchEntries' watchers and the tail they share.
+//! - `stream`: the change stream's assigner, a task beside the request path
+//!   that numbers committed entries; writers never touch it.
 //! - `admin`: migrations, retention, the audit, the shared secret; work outside
 //!   the request path.
 //! - `conn`: connections, pools, the self-check, routing, bounded transactions,
@@ -14,6 +16,7 @@
 pub mod admin;
 pub mod conn;
 mod exec;
+pub mod stream;
 mod tables;
 mod watch;
 
@@ -188,6 +191,9 @@ struct Inner {
     group: Option<group::Queue>,
     /// The change stream's tail, shared by every watcher of this instance.
     tail: watch::Tail,
+    /// Between the writers and the change stream's assigner: committed entries
+    /// to number, and the highest number assigned.
+    stream: Arc<stream::Signals>,
 }
 
 /// A [`Persistence`] that does not keep it alive (for its own background tasks).
@@ -233,6 +239,7 @@ impl Persistence {
                 before_commit,
                 group,
                 tail: watch::Tail::default(),
+                stream: Arc::default(),
             }),
         };
         if let Some(writers) = writers {
@@ -296,6 +303,18 @@ impl Persistence {
             .spawn(async move { keyed::run(&this, &call, &key, &command).await })
             .await
             .map_err(|e| Error::internal(format!("transaction task failed: {e}")))?
+    }
+
+    /// What the change stream's assigner shares with this instance (`stream`).
+    pub fn stream(&self) -> Arc<stream::Signals> {
+        self.inner.stream.clone()
+    }
+
+    /// The highest change-stream sequence assigned, as this instance knows it:
+    /// changed after each round its assigner commits, and about every second
+    /// from the database while another instance assigns.
+    pub fn assigned(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.stream.assigned()
     }
 
     /// Keyed calls waiting for a group-commit writer (0 without group commit).

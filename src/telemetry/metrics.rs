@@ -22,11 +22,21 @@ const KEYS_PURGED: &str = "ledger_keys_purged_total";
 const OLDEST_KEY_AGE: &str = "ledger_oldest_key_age_seconds";
 const STREAM_WATCHERS: &str = "ledger_stream_watchers";
 const STREAM_ENTRIES: &str = "ledger_stream_entries_total";
+const STREAM_LAG: &str = "ledger_stream_lag_seconds";
+const STREAM_SEQUENCE: &str = "ledger_stream_sequence";
+const STREAM_ASSIGNER: &str = "ledger_stream_assigner";
 
 /// Latency buckets, in seconds: a durable commit takes about a millisecond, a lock
 /// wait up to the configured bound.
 const LATENCY_BUCKETS: &[f64] = &[
     0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Stream lag buckets, in seconds: a round follows a local commit within
+/// milliseconds, one through another instance within the idle tick, and a
+/// killed assigner's entries within its lease.
+const LAG_BUCKETS: &[f64] = &[
+    0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
 /// Serves `/metrics` on `addr` and makes it the process's metrics recorder.
@@ -36,6 +46,10 @@ pub fn install(addr: SocketAddr) -> anyhow::Result<()> {
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Full(RPC_SECONDS.into()),
             LATENCY_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full(STREAM_LAG.into()),
+            LAG_BUCKETS,
         )?
         .install()
         .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
@@ -86,6 +100,19 @@ fn describe() {
     );
     describe_gauge!(STREAM_WATCHERS, "WatchEntries streams connected");
     describe_counter!(STREAM_ENTRIES, "entries sent to WatchEntries streams");
+    describe_histogram!(
+        STREAM_LAG,
+        metrics::Unit::Seconds,
+        "per entry numbered by this instance's assigner: the database's clock at the round less the entry's created_at"
+    );
+    describe_gauge!(
+        STREAM_SEQUENCE,
+        "the highest change-stream sequence assigned, as this instance last learned it"
+    );
+    describe_gauge!(
+        STREAM_ASSIGNER,
+        "1 while this instance holds the change stream's assigner lease"
+    );
 }
 
 pub fn rpc(method: &'static str, code: tonic::Code, elapsed: Duration) {
@@ -153,6 +180,18 @@ pub fn stream_watchers(watchers: isize) {
 
 pub fn stream_entries(entries: u64) {
     counter!(STREAM_ENTRIES).increment(entries);
+}
+
+pub fn stream_lag(seconds: f64) {
+    histogram!(STREAM_LAG).record(seconds);
+}
+
+pub fn stream_sequence(highest: f64) {
+    gauge!(STREAM_SEQUENCE).set(highest);
+}
+
+pub fn stream_assigner(held: bool) {
+    gauge!(STREAM_ASSIGNER).set(if held { 1.0 } else { 0.0 });
 }
 
 pub fn database_up(up: bool) {

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use ledger::proto::pb;
 use tonic::Code;
 
-use crate::support::{TestApp, TestDb, charge, credit, reason, transfer};
+use crate::support::{TestApp, TestDb, charge, credit, reason, transfer, until_sequenced};
 
 fn list(account_id: u64, page_size: i32, page_token: &str) -> pb::ListEntriesRequest {
     pb::ListEntriesRequest {
@@ -31,6 +31,9 @@ async fn an_entry_reads_back_as_its_reply_named_it() {
         .await
         .unwrap()
         .into_inner();
+    // The reply's sequence is 0 (encoded before the assignment); the read shows
+    // the assigned one.
+    until_sequenced(&db, std::time::Duration::from_secs(20)).await;
     for entry in [reply.debit.unwrap(), reply.credit.unwrap()] {
         let read = client
             .get_entry(pb::GetEntryRequest {
@@ -39,7 +42,15 @@ async fn an_entry_reads_back_as_its_reply_named_it() {
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(read, entry);
+        assert_eq!(entry.sequence, 0);
+        assert!(read.sequence > 0);
+        assert_eq!(
+            pb::Entry {
+                sequence: 0,
+                ..read.clone()
+            },
+            entry
+        );
         assert_eq!(read.description, "rent");
     }
     let missing = client

@@ -33,6 +33,7 @@ mod process;
 mod races;
 mod refunds;
 mod retention;
+mod sequence;
 mod stream;
 mod teardown;
 mod transfers;

@@ -12,7 +12,7 @@ use tonic_types::StatusExt as _;
 
 use crate::support::{
     Config, HeldStorm, TestApp, TestDb, assert_audit_passes, assert_one_did_the_work, at_once,
-    info, leg, post, raw_call, reason, replayed, storm_config,
+    info, leg, post, raw_call, reason, replayed, storm_config, until_sequenced,
 };
 
 type Client = pb::ledger_client::LedgerClient<tonic::transport::Channel>;
@@ -86,7 +86,9 @@ async fn legs_apply_in_order_and_a_leg_may_spend_what_an_earlier_one_brought() {
         [0, 87, 13]
     );
 
-    // Reads show each entry's leg.
+    // Reads show each entry's leg, and its sequence once assigned (the reply's
+    // is 0: it is encoded before the assignment).
+    until_sequenced(&db, std::time::Duration::from_secs(20)).await;
     let read = c
         .get_entry(pb::GetEntryRequest {
             entry_id: reply.entries[5].entry_id,
@@ -94,7 +96,15 @@ async fn legs_apply_in_order_and_a_leg_may_spend_what_an_earlier_one_brought() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(read, reply.entries[5]);
+    assert_eq!(reply.entries[5].sequence, 0);
+    assert!(read.sequence > 0);
+    assert_eq!(
+        pb::Entry {
+            sequence: 0,
+            ..read
+        },
+        reply.entries[5]
+    );
 
     // The replay is the same reply, marked; nothing moves again.
     let again = c.post(sale).await.unwrap();

@@ -79,6 +79,18 @@ async fn bad_settings_stop_the_start_with_one_clear_line() {
             "serve",
             "--database-url",
             &url,
+            "--stream-assigner",
+            "maybe",
+        ],
+        2,
+        "--stream-assigner",
+    )
+    .await;
+    refuses(
+        &[
+            "serve",
+            "--database-url",
+            &url,
             "--auth-tokens-file",
             "/nonexistent/tokens",
         ],

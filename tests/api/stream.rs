@@ -1,7 +1,7 @@
 //! WatchEntries (SPEC 2, 3.8): the backlog and then live entries in sequence
 //! order, resuming without a repeat or a gap, one account's stream, a reader that
-//! stops reading, and many watchers on one tail. Entries are numbered by the
-//! tests' own `number_entries` until the service numbers them itself.
+//! stops reading, and many watchers on one tail. Each test waits for the
+//! service's assigner to number what it wrote (`number_entries`).
 
 use std::time::Duration;
 

@@ -45,6 +45,9 @@ pub struct Config {
     /// How long a writer waits for a batch before it serves its other accounts;
     /// `None`: the service's default.
     pub batch_stall: Option<Duration>,
+    /// Whether the instance runs a candidate for the change stream's assigner;
+    /// `None`: the service's default (on).
+    pub stream_assigner: Option<bool>,
 }
 
 impl Default for Config {
@@ -67,6 +70,7 @@ impl Default for Config {
             key_retention: None,
             batch_writers: None,
             batch_stall: None,
+            stream_assigner: None,
         }
     }
 }
@@ -105,6 +109,9 @@ impl Config {
             .map(|v| v.parse().expect("LEDGER_TEST_BATCH_WRITERS is a number"));
         if let Some(writers) = self.batch_writers.or(from_env) {
             settings.limits.batch_writers = writers;
+        }
+        if let Some(assigner) = self.stream_assigner {
+            settings.stream_assigner = assigner;
         }
         if let Some(stall) = self.batch_stall {
             settings.limits.batch_stall = stall;

@@ -5,9 +5,11 @@
 //! - `gate`: holding a transaction open before its COMMIT;
 //! - `wire`: request builders, raw replies, the replay marker;
 //! - `process`: the `ledger` binary as separate processes;
-//! - `proxy`: a TCP proxy that black-holes the database or cuts a connection;
+//! - `proxy`: a TCP proxy that black-holes the database, cuts a connection or
+//!   holds a statement back;
 //! - `storm`: many calls released at once, and the check their replies pass;
-//! - `stream`: numbering entries for the change stream.
+//! - `stream`: waiting for the change stream's numbers, and its promises in SQL;
+//! - `follow`: a reader of the change stream that checks every entry continues it.
 //!
 //! Each test binary uses a part of it.
 
@@ -32,7 +34,7 @@ pub use gate::{Gate, HeldCharge};
 pub use process::{LedgerProcess, free_port, run_ledger, until_health};
 pub use server::{TestDb, assert_audit_passes, assert_each_key_charged_once, server_url};
 pub use storm::{HeldStorm, RawReply, assert_one_did_the_work, at_once, storm_config};
-pub use stream::number_entries;
+pub use stream::{assert_stream_sound, number_entries, until_lease_free, until_sequenced};
 pub use wire::{
     Bearer, capture, charge, credit, info, leg, place_hold, post, raw_call, reason, refund,
     replayed, scrape, token_line, transfer, void, with_deadline, with_token,

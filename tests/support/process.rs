@@ -71,6 +71,10 @@ impl LedgerProcess {
         until_health(self.addr, status).await;
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
         let pid = i32::try_from(self.child.id().expect("running")).unwrap();
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();

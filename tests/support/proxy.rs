@@ -2,7 +2,8 @@
 //! it passes traffic, black-holes it (a partition: nothing is delivered either
 //! way, nothing is refused, until it resumes), or lets one chosen statement
 //! through and then swallows the database's answer and cuts that connection (a
-//! COMMIT lost in flight).
+//! COMMIT lost in flight), or holds one chosen statement back for a while (a
+//! COMMIT that arrives late).
 //!
 //! It reads the MySQL protocol's packet framing (a 3-byte length, a sequence
 //! number, the payload) only on the way to the database, to recognize a text
@@ -29,11 +30,22 @@ struct Cut {
     forwarded: Arc<Notify>,
 }
 
+/// A statement to hold back before forwarding it.
+struct Hold {
+    /// Texts the query must all contain.
+    needles: Vec<Vec<u8>>,
+    /// How long it is held.
+    for_: Duration,
+    /// Fired when the query arrived and its hold began.
+    held: Arc<Notify>,
+}
+
 struct Shared {
     upstream: SocketAddr,
     /// True while black-holing.
     paused: watch::Sender<bool>,
     cut: Mutex<Option<Cut>>,
+    hold: Mutex<Option<Hold>>,
 }
 
 pub struct Proxy {
@@ -56,6 +68,7 @@ impl Proxy {
             upstream,
             paused: watch::channel(false).0,
             cut: Mutex::new(None),
+            hold: Mutex::new(None),
         });
         let accepting = shared.clone();
         let accept = tokio::spawn(async move {
@@ -104,6 +117,20 @@ impl Proxy {
         });
         forwarded
     }
+
+    /// Arms a hold: the next query containing every one of `needles` is held
+    /// back for `for_`, then forwarded (with whatever its connection sent after
+    /// it); other connections flow meanwhile. Returns a notice fired when the
+    /// hold began.
+    pub fn hold_query(&self, needles: &[&str], for_: Duration) -> Arc<Notify> {
+        let held = Arc::new(Notify::new());
+        *self.shared.hold.lock().unwrap() = Some(Hold {
+            needles: needles.iter().map(|n| n.as_bytes().to_vec()).collect(),
+            for_,
+            held: held.clone(),
+        });
+        held
+    }
 }
 
 impl Drop for Proxy {
@@ -140,10 +167,12 @@ async fn relay(client: TcpStream, shared: Arc<Shared>) {
                     return;
                 }
                 let chunk = buf.get(..n).unwrap_or_default();
-                let cut = framing
-                    .queries(chunk)
-                    .iter()
-                    .find_map(|query| take_cut(&shared, query));
+                let queries = framing.queries(chunk);
+                let cut = queries.iter().find_map(|query| take_cut(&shared, query));
+                if let Some(hold) = queries.iter().find_map(|query| take_hold(&shared, query)) {
+                    hold.held.notify_one();
+                    tokio::time::sleep(hold.for_).await;
+                }
                 if server_write.write_all(chunk).await.is_err() {
                     return;
                 }
@@ -191,6 +220,16 @@ fn take_cut(shared: &Shared, query: &[u8]) -> Option<Cut> {
     let matches = armed
         .as_ref()
         .is_some_and(|cut| query.windows(cut.needle.len()).any(|w| w == cut.needle));
+    if matches { armed.take() } else { None }
+}
+
+fn take_hold(shared: &Shared, query: &[u8]) -> Option<Hold> {
+    let mut armed = shared.hold.lock().unwrap();
+    let matches = armed.as_ref().is_some_and(|hold| {
+        hold.needles
+            .iter()
+            .all(|needle| query.windows(needle.len()).any(|w| w == needle))
+    });
     if matches { armed.take() } else { None }
 }
 

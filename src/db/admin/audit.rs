@@ -83,6 +83,7 @@ fn set_checks() -> Vec<SetCheck> {
         key_checks(),
         movement_checks(),
         hold_checks(),
+        stream_checks(),
     ]
     .into_iter()
     .flatten()
@@ -285,6 +286,57 @@ fn hold_checks() -> Vec<SetCheck> {
                  FROM entries e LEFT JOIN holds h ON h.hold_id = e.hold_id \
                  WHERE e.kind = {capture} AND (h.hold_id IS NULL OR h.account_id <> e.account_id \
                    OR h.state <> {captured})"
+            ),
+        },
+    ]
+}
+
+/// How long after its commit an entry may still lack its sequence: the
+/// assigner numbers it within milliseconds, or, when the assigner died, once
+/// another instance takes the lease (seconds). Longer means no instance
+/// assigns.
+pub const SEQUENCE_LAG_BOUND_SECS: u32 = 60;
+
+/// The change stream (SPEC 3.8): its numbers and the order they give.
+fn stream_checks() -> Vec<SetCheck> {
+    vec![
+        SetCheck {
+            name: "sequences run 1, 2, 3, ... without a hole, and the next is the one after",
+            sql: "SELECT CONCAT(n, ' entries numbered ', COALESCE(lo, 'none'), '..', \
+                  COALESCE(hi, 'none'), ', next_sequence ', COALESCE(nx, 'none')) AS detail \
+                  FROM (SELECT COUNT(sequence) AS n, MIN(sequence) AS lo, MAX(sequence) AS hi, \
+                    (SELECT next_sequence FROM ledger_stream WHERE id = 1) AS nx FROM entries) s \
+                  WHERE (n > 0 AND (lo <> 1 OR hi <> n)) OR NOT (nx <=> n + 1)"
+                .into(),
+        },
+        SetCheck {
+            name: "each account's entries are numbered in the order they were applied",
+            sql: "SELECT CONCAT('account ', a.account_id, ': entry ', a.account_seq, ' numbered ', \
+                  COALESCE(a.sequence, 'none'), ', entry ', b.account_seq, ' numbered ', \
+                  COALESCE(b.sequence, 'none')) AS detail \
+                  FROM entries a JOIN entries b \
+                    ON b.account_id = a.account_id AND b.account_seq = a.account_seq + 1 \
+                  WHERE b.sequence < a.sequence OR (a.sequence IS NULL AND b.sequence IS NOT NULL)"
+                .into(),
+        },
+        SetCheck {
+            name: "an operation's entries are numbered together, consecutively, in leg order",
+            // Its legs are 0, 1, 2, ... (checked above), so consecutive numbers in
+            // leg order make every sequence less its leg the same.
+            sql: "SELECT CONCAT('key ', HEX(idempotency_key), ' (namespace ', HEX(namespace), '): ', \
+                  COUNT(sequence), ' of ', COUNT(*), ' entries numbered, ', \
+                  COALESCE(GROUP_CONCAT(sequence ORDER BY leg), '')) AS detail \
+                  FROM entries GROUP BY namespace, idempotency_key \
+                  HAVING COUNT(sequence) NOT IN (0, COUNT(*)) \
+                    OR MAX(CAST(sequence AS SIGNED) - leg) <> MIN(CAST(sequence AS SIGNED) - leg)"
+                .into(),
+        },
+        SetCheck {
+            name: "every entry older than the lag bound has a sequence",
+            sql: format!(
+                "SELECT CONCAT('entry ', entry_id, ' of ', created_at, ' has no sequence') AS detail \
+                 FROM entries WHERE sequence IS NULL \
+                   AND created_at < UTC_TIMESTAMP(6) - INTERVAL {SEQUENCE_LAG_BOUND_SECS} SECOND"
             ),
         },
     ]

@@ -76,6 +76,8 @@ pub(crate) enum Step {
     /// Asking the server for the code of the error it reported.
     Classify,
     Read,
+    /// A statement of the change stream's assigner (`db::stream`).
+    Stream,
 }
 
 #[derive(Debug)]

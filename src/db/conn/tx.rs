@@ -88,6 +88,18 @@ impl<'c> Tx<'c> {
         self.answered(step, answer)
     }
 
+    /// Runs a query whose text changes from one call to the next (so it is not
+    /// prepared and cached per text) and returns its rows.
+    pub(crate) async fn load_text<U>(&mut self, step: Step, text: String) -> Result<Vec<U>, Failure>
+    where
+        U: QueryableByName<Mysql> + Send + 'static,
+    {
+        self.open = true;
+        let query = diesel::sql_query(text);
+        let answer = tokio::time::timeout(self.bound, query.load::<U>(self.conn)).await;
+        self.answered(step, answer)
+    }
+
     fn answered<T>(
         &mut self,
         step: Step,

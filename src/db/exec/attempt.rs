@@ -161,6 +161,8 @@ pub(super) async fn transaction(
             continue;
         }
         commit(tx, mode, &committing, &decided.sql).await?;
+        // Its entries wait for the assigner's next round.
+        db.inner.stream.wake();
         for slot in pending_mut(&mut slots) {
             slot.answer = slot.decided.take().map(|outcome| {
                 Ok(KeyedOutcome {
