@@ -35,6 +35,7 @@ mod refunds;
 mod retention;
 mod sequence;
 mod stream;
+mod stream_faults;
 mod teardown;
 mod transfers;
 mod truthful;

@@ -21,6 +21,7 @@
 )]
 
 pub mod app;
+pub mod follow;
 pub mod gate;
 pub mod process;
 pub mod proxy;
