@@ -663,7 +663,11 @@ async fn a_watcher_on_a_third_node_sees_every_entry_once_across_a_node_loss() {
     for node in &nodes[1..] {
         assert_audit_passes(&db.url_on(node)).await;
     }
-    println!("stream on a cluster: {} entries; {}", seen.len(), counters.summary());
+    println!(
+        "stream on a cluster: {} entries; {}",
+        seen.len(),
+        counters.summary()
+    );
 }
 
 /// A node's reads lag behind what another node committed, but the service's

@@ -458,3 +458,75 @@ async fn an_uncommitted_entry_is_never_numbered() {
     );
     assert_stream_sound(&db).await;
 }
+
+/// The stream's migration on a populated ledger: its `down.sql` takes the
+/// numbers, their indexes and the lease row away; its `up.sql`, run again,
+/// leaves every entry unnumbered, and the first rounds number them all, in
+/// journal order; a `WatchEntries` from 0 then streams every one, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_stream_migration_reverses_and_applies_again_on_a_populated_ledger() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let a = app.funded_account("USD", 1000).await;
+    let b = app.funded_account("USD", 1000).await;
+    let mut client = app.client().await;
+    for i in 0..10 {
+        client
+            .transfer(transfer(&format!("t-{i}"), a, b, 5))
+            .await
+            .unwrap();
+        client
+            .charge(charge(&format!("c-{i}"), b, 1))
+            .await
+            .unwrap();
+        let legs = vec![leg(b, a, 2), leg(a, b, 1)];
+        client.post(post(&format!("p-{i}"), legs)).await.unwrap();
+    }
+    until_sequenced(&db, SEQUENCED_WITHIN).await;
+    drop(app);
+
+    let mut conn = db.sql().await;
+    conn.query_drop(include_str!(
+        "../../migrations/2026-12-03-000001_change_stream/down.sql"
+    ))
+    .await
+    .unwrap();
+    let schema = "SELECT (SELECT COUNT(*) FROM information_schema.COLUMNS \
+                    WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'entries' \
+                    AND COLUMN_NAME = 'sequence') \
+                + (SELECT COUNT(*) FROM information_schema.TABLES \
+                    WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'ledger_stream')";
+    assert_eq!(db.count(schema).await, 0, "down.sql removed the stream");
+    conn.query_drop(include_str!(
+        "../../migrations/2026-12-03-000001_change_stream/up.sql"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(db.count(schema).await, 2);
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM entries WHERE sequence IS NOT NULL")
+            .await,
+        0
+    );
+
+    let app = TestApp::spawn(&db).await;
+    until_sequenced(&db, SEQUENCED_WITHIN).await;
+    let total = db.count("SELECT COUNT(*) FROM entries").await;
+    assert_eq!(total, 2 + 10 * (2 + 1 + 4), "the two credits and the calls");
+    assert_stream_sound(&db).await;
+    let mut stream = app
+        .client()
+        .await
+        .watch_entries(pb::WatchEntriesRequest {
+            after_sequence: 0,
+            account_id: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for sequence in 1..=total {
+        let entry = stream.message().await.unwrap().unwrap();
+        assert_eq!(entry.sequence, sequence);
+    }
+    assert_audit_passes(&db.url).await;
+}
