@@ -647,8 +647,8 @@ async fn a_watcher_on_a_third_node_sees_every_entry_once_across_a_node_loss() {
     let clients = run_clients(seed, 6, &channels[..2], &accounts, &counters, &stop).await;
     follower.until_seen(200).await;
     cluster(&["kill", "2"]);
-    let seen_at_kill = follower.seen().await;
-    follower.until_seen(seen_at_kill + 200).await;
+    let before_kill = follower.seen().await;
+    follower.until_seen(before_kill + 200).await;
     cluster(&["restart-node", "2"]);
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::Relaxed);
@@ -657,15 +657,15 @@ async fn a_watcher_on_a_third_node_sees_every_entry_once_across_a_node_loss() {
 
     support::until_sequenced(&db, Duration::from_secs(60)).await;
     let total = usize::try_from(db.count("SELECT COUNT(*) FROM entries").await).unwrap();
-    let seen = follower.finish(total).await;
-    support::follow::assert_every_entry_once(&seen, total);
-    support::follow::assert_as_get_entry_shows(channels[2].clone(), &seen).await;
+    let streamed = follower.finish(total).await;
+    support::follow::assert_every_entry_once(&streamed, total);
+    support::follow::assert_as_get_entry_shows(channels[2].clone(), &streamed).await;
     for node in &nodes[1..] {
         assert_audit_passes(&db.url_on(node)).await;
     }
     println!(
         "stream on a cluster: {} entries; {}",
-        seen.len(),
+        streamed.len(),
         counters.summary()
     );
 }
