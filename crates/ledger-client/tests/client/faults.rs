@@ -13,17 +13,19 @@ use rand::{RngExt as _, SeedableRng as _};
 
 use crate::support::{Fault, FaultProxy, TestApp, TestDb, assert_each_key_charged_once};
 
-const CHARGES: usize = 400;
+const CHARGES: usize = 1_000;
 const CALLERS: usize = 8;
 const SEED: u64 = 26;
 const ATTEMPT: Duration = Duration::from_millis(400);
 
 fn fault(rng: &mut rand::rngs::StdRng) -> Fault {
     match rng.random_range(0..100) {
-        0..55 => Fault::Pass,
-        55..70 => Fault::CutAfterRequest,
-        70..85 => Fault::DelayReply(ATTEMPT + Duration::from_millis(300)),
-        _ => Fault::ResetBeforeRequest,
+        // 20% cut right after the request went out, 10% replies held past the
+        // attempt's deadline, 5% reset before the request arrives.
+        0..20 => Fault::CutAfterRequest,
+        20..30 => Fault::DelayReply(ATTEMPT + Duration::from_millis(300)),
+        30..35 => Fault::ResetBeforeRequest,
+        _ => Fault::Pass,
     }
 }
 
