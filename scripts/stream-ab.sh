@@ -76,7 +76,8 @@ for round in $(seq 1 "$rounds"); do
     scenario "$round" "$mode" hot-merchant --accounts "$accounts" --scenario hot-merchant
   done
   log "round $round: database CPU, no stream vs $idle idle streams"
-  read -r none held <<<"$(idle_watchers_cpu "$idle" "$secs" "$on" "$db_pid")"
+  read -r none held <<<"$(idle_watchers_cpu "$idle" "$secs" "$on" "$db_url" "$db_pid")"
+  [ -n "${held:-}" ] || fail "no idle-watchers sample"
   printf '{"round": %s, "mode": "idle", "none": %s, "held": %s}\n' "$round" "$none" "$held" >>"$results"
 done
 
