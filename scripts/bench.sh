@@ -11,7 +11,11 @@
 # scripts/sql-ceilings) run against that same database server, with the same
 # concurrency and account counts. Then `ledger bench` runs each scenario and the
 # table reports throughput, its ratio to the ceilings, p50/p99 latency, and the
-# server's peak RSS and CPU time per call (from /proc).
+# server's peak RSS and CPU time per call (from /proc). The change stream: unique
+# keys with 4 WatchEntries streams attached (the lag from each reply to its
+# entry's arrival, every watcher checked for contiguous sequences), and the
+# database server's CPU with 64 idle streams against none. Its A/B with spread:
+# scripts/stream-ab.sh.
 #
 # Environment: CONCURRENCY (16), SECS (15), ACCOUNTS (10000), LEDGER_MYSQLD(_ARGS),
 # LEDGER_BATCH_WRITERS (the service's group commit; 0 runs one transaction per call).
@@ -31,6 +35,8 @@ log() { printf '\n== %s\n' "$*" >&2; }
 serve_args=(${LEDGER_BATCH_WRITERS:+--batch-writers "$LEDGER_BATCH_WRITERS"})
 # shellcheck source=scripts/lib/private-serve.sh
 . scripts/lib/private-serve.sh
+# shellcheck source=scripts/lib/idle-watchers.sh
+. scripts/lib/idle-watchers.sh
 
 # The database server the service runs (its child), for its CPU time.
 db_pid=$(pgrep -P "$server" | head -1)
@@ -77,6 +83,11 @@ scenario "hot-merchant, $accounts payers" "$conc" "$accounts" --scenario hot-mer
 scenario "hold-capture, $accounts accounts" "$conc" "$accounts" --scenario hold-capture >>"$results"
 scenario "post, $accounts buyers" "$conc" "$accounts" --scenario post >>"$results"
 scenario "post-256, $accounts accounts" "$conc" "$accounts" --scenario post-256 >>"$results"
+scenario "unique, 4 watchers" "$conc" "$accounts" --scenario unique --watchers 4 >>"$results"
+idle_secs=10; $quick && idle_secs=1
+log "database CPU over $idle_secs s: no stream, then 64 idle streams"
+read -r idle_none idle_held <<<"$(idle_watchers_cpu 64 "$idle_secs" "$target" "$db_url" "$db_pid")"
+[ -n "${idle_held:-}" ] || fail "no idle-watchers sample"
 
 ceilings=$work/ceilings.json
 echo '{}' >"$ceilings"
@@ -104,10 +115,11 @@ PY
   done
 fi
 
-python3 - "$results" "$ceilings" "$accounts" "$flavor" "$conc" <<'PY'
+python3 - "$results" "$ceilings" "$accounts" "$flavor" "$conc" "$idle_none" "$idle_held" "$idle_secs" <<'PY'
 import json, sys
 results = [json.loads(l) for l in open(sys.argv[1])]
 ceil, accounts, flavor, conc = json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4], sys.argv[5]
+idle_none, idle_held, idle_secs = float(sys.argv[6]), float(sys.argv[7]), sys.argv[8]
 def ratio(rate, key):
     return f"{rate / ceil[key]:.2f}x" if key in ceil else "-"
 for k, v in sorted(ceil.items()):
@@ -119,7 +131,7 @@ rate = lambda prefix: next(r["calls_per_second"] for r in results if r["name"].s
 for r in results:
     hot = "1 hot" in r["name"]
     a = "1" if hot else accounts
-    relative = ("replay", "hot-merchant", "unique, 1 hot")
+    relative = ("replay", "hot-merchant", "unique, 1 hot", "unique, 4 watchers")
     note = f"  ({r['calls_per_second'] / unique:.2f}x unique)" if r["name"].startswith(relative) else ""
     if r["name"].startswith("post,"):
         note = (f"  ({r['calls_per_second'] / rate('hot-merchant'):.2f}x hot-merchant, "
@@ -127,6 +139,14 @@ for r in results:
     print(f"{r['name']:<28} {r['calls_per_second']:>8.0f} {ratio(r['calls_per_second'], f'full-transaction/{a}'):>9} "
           f"{ratio(r['calls_per_second'], f'seed-minimal/{a}'):>10} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
           f"{r['peak_rss_mib']:>6.1f} MiB {r['cpu_ms_per_call']:>16.3f} {r['db_cpu_ms_per_call']:>5.3f} {r['gen_cpu_ms_per_call']:>5.3f}  {r['errors'] or ''}{note}")
+print()
+for r in results:
+    if "lag_p50_ms" in r:
+        print(f"stream lag, {r['name']}: reply to arrival p50 {r['lag_p50_ms']:.2f} ms (target 20), "
+              f"p99 {r['lag_p99_ms']:.2f} ms (target 100), max {r['lag_max_ms']:.2f} ms, "
+              f"{r['lag_entries']} entries; every watcher's sequences contiguous")
+print(f"database CPU over {idle_secs} s: {idle_none:.2f}% of a core with no stream, {idle_held:.2f}% with 64 idle "
+      f"streams: {idle_held - idle_none:+.2f}% (target 5%)")
 print(f"\n{flavor}, durable commits, concurrency {conc}; server, database and load generator on one machine;"
       " every scenario's journal and balances checked against its successful calls")
 PY

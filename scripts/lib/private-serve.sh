@@ -7,7 +7,7 @@
 # db_name, flavor; and the function wait_serving.
 
 cargo build --release --locked -q
-bin=target/release/ledger
+bin=${CARGO_TARGET_DIR:-target}/release/ledger
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 target=http://127.0.0.1:$port

@@ -15,7 +15,16 @@
 //! - `post`: a 3-leg marketplace sale, a buyer paying the merchant (the first
 //!   account) and the platform's fee account (the second), and the merchant paying
 //!   the platform: two hot accounts in every call;
-//! - `post-256`: Posts of 256 legs between random accounts.
+//! - `post-256`: Posts of 256 legs between random accounts;
+//! - `idle`: no calls at all: the `--watchers` streams held open for the warm-up
+//!   and the duration (what idle watchers cost, sampled from outside).
+//!
+//! `--watchers N` attaches N `WatchEntries` streams of every account for the run,
+//! from the highest sequence when it starts (from 0 without `--database-url`).
+//! Watcher 0 measures the lag of each entry a measured call wrote: from the
+//! instant its reply arrived to the instant the entry arrived on the stream. Every
+//! watcher must see contiguous sequences, and all of them must reach the last
+//! entry, or the run fails.
 //!
 //! Accounts are opened and funded with fixed keys, so a second run replays its
 //! set-up instead of repeating it. With `--database-url`, the run ends with a
@@ -24,6 +33,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -54,6 +64,7 @@ pub enum Scenario {
     Post,
     #[value(name = "post-256")]
     Post256,
+    Idle,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -78,6 +89,10 @@ pub struct BenchArgs {
     /// Copies of each key sent at once in the storm scenario
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=64))]
     pub duplicates: u64,
+    /// `WatchEntries` streams (every account's) attached for the run; watcher 0
+    /// measures the lag from each call's reply to its entries' arrival
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1024))]
+    pub watchers: u64,
     /// Print one JSON line instead of the report
     #[arg(long)]
     pub json: bool,
@@ -161,23 +176,33 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         }
         _ => Vec::new(),
     };
+    let follow = match args.watchers {
+        0 => None,
+        n => Some(Arc::new(Follow::new(usize::try_from(n)?)?)),
+    };
     let plan = Arc::new(Plan {
         scenario: args.scenario,
         duplicates: args.duplicates,
         accounts,
         replayable,
         run_id: run_id.clone(),
+        follow: follow.clone(),
     });
 
     let before = match &args.database_url {
         Some(url) => Some(balances(url).await?),
         None => None,
     };
+    let watchers = match &follow {
+        Some(follow) => attach(args, follow).await?,
+        None => Vec::new(),
+    };
     let started = Instant::now();
     let stop_at = started + args.warmup + args.duration;
     let measure_from = started + args.warmup;
     let groups = match args.scenario {
         Scenario::Storm => (args.concurrency / args.duplicates).max(1),
+        Scenario::Idle => 0,
         _ => args.concurrency,
     };
     let mut workers = Vec::new();
@@ -190,16 +215,25 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
             stop_at,
         )));
     }
+    if args.scenario == Scenario::Idle {
+        tokio::time::sleep_until(stop_at).await;
+    }
     let mut tally = Tally::new()?;
     for w in workers {
         tally.merge(w.await??)?;
     }
+    if let Some(follow) = &follow {
+        follow.drain(watchers).await?;
+    }
 
-    let report = Report::new(args, &tally);
+    let report = Report::new(args, &tally, follow.as_deref());
     if args.json {
         say(&report.json());
     } else {
         say(&report.to_string());
+    }
+    if args.watchers > 0 && !args.json {
+        say("check: every watcher received contiguous sequences, up to the run's last entry");
     }
     if let (Some(url), Some(before)) = (&args.database_url, before) {
         check(url, &before, &plan, &tally).await?;
@@ -223,6 +257,254 @@ struct Plan {
     /// Charges committed before measuring, re-sent as replays.
     replayable: Vec<pb::ChargeRequest>,
     run_id: String,
+    /// The watchers' shared record, with `--watchers`.
+    follow: Option<Arc<Follow>>,
+}
+
+impl Plan {
+    /// Notes the reply instant of the entries a measured call wrote.
+    fn replied(&self, measured: bool, ids: impl IntoIterator<Item = u64>) {
+        if let (true, Some(follow)) = (measured, &self.follow) {
+            follow.replied(ids, Instant::now());
+        }
+    }
+}
+
+/// Which of the two instants of an entry came first.
+#[derive(Debug, Clone, Copy)]
+enum Seen {
+    Replied(Instant),
+    Received(Instant),
+}
+
+/// What the watchers saw: the lag of each entry of a measured call (reply to
+/// arrival in watcher 0), and how far each watcher got.
+#[derive(Debug)]
+struct Follow {
+    /// Entries with one instant of the two; an entry whose arrival beats its reply
+    /// counts a lag of zero.
+    pending: std::sync::Mutex<HashMap<u64, Seen>>,
+    lag: std::sync::Mutex<Histogram<u64>>,
+    /// Entries of measured calls replied to.
+    replied: AtomicU64,
+    /// Of those, the ones watcher 0 received.
+    matched: AtomicU64,
+    /// Streams that have answered their request.
+    open: AtomicU64,
+    /// The highest sequence each watcher received.
+    reached: Vec<AtomicU64>,
+}
+
+impl Follow {
+    fn new(watchers: usize) -> anyhow::Result<Self> {
+        Ok(Self {
+            pending: std::sync::Mutex::default(),
+            lag: std::sync::Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3)?),
+            replied: AtomicU64::new(0),
+            matched: AtomicU64::new(0),
+            open: AtomicU64::new(0),
+            reached: (0..watchers).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Seen>> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn record(&self, replied: Instant, received: Instant) {
+        let micros = received.saturating_duration_since(replied).as_micros();
+        self.lag
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .saturating_record(u64::try_from(micros).unwrap_or(u64::MAX).max(1));
+        self.matched.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn replied(&self, ids: impl IntoIterator<Item = u64>, at: Instant) {
+        let mut pending = self.pending();
+        for id in ids {
+            self.replied.fetch_add(1, Ordering::Relaxed);
+            match pending.remove(&id) {
+                Some(Seen::Received(received)) => self.record(at, received),
+                _ => {
+                    pending.insert(id, Seen::Replied(at));
+                }
+            }
+        }
+    }
+
+    fn received(&self, id: u64, at: Instant) {
+        let mut pending = self.pending();
+        match pending.remove(&id) {
+            Some(Seen::Replied(replied)) => self.record(replied, at),
+            _ => {
+                pending.insert(id, Seen::Received(at));
+            }
+        }
+    }
+
+    /// After the last call: waits until watcher 0 has received every entry of a
+    /// measured call and every watcher has reached where watcher 0 is, then ends
+    /// the streams. Fails on a watcher's error (a hole in its sequences, a stream
+    /// that ended) or when they do not get there in `DRAIN`.
+    async fn drain(
+        &self,
+        watchers: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + DRAIN;
+        let outcome = loop {
+            if let Some(done) = watchers
+                .iter()
+                .position(tokio::task::JoinHandle::is_finished)
+            {
+                break Err(done);
+            }
+            let first = self
+                .reached
+                .first()
+                .map_or(0, |r| r.load(Ordering::Relaxed));
+            let all_matched =
+                self.matched.load(Ordering::Relaxed) == self.replied.load(Ordering::Relaxed);
+            if all_matched
+                && self
+                    .reached
+                    .iter()
+                    .all(|r| r.load(Ordering::Relaxed) >= first)
+            {
+                break Ok(());
+            }
+            if Instant::now() >= deadline {
+                let reached: Vec<u64> = self
+                    .reached
+                    .iter()
+                    .map(|r| r.load(Ordering::Relaxed))
+                    .collect();
+                anyhow::bail!(
+                    "after {DRAIN:?}, watcher 0 received {} of the {} entries of measured calls; \
+                     the watchers reached sequences {reached:?}",
+                    self.matched.load(Ordering::Relaxed),
+                    self.replied.load(Ordering::Relaxed),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        match outcome {
+            Ok(()) => {
+                for w in &watchers {
+                    w.abort();
+                }
+                Ok(())
+            }
+            Err(done) => {
+                let mut watchers = watchers;
+                let failed = watchers.swap_remove(done);
+                for w in &watchers {
+                    w.abort();
+                }
+                failed.await??;
+                anyhow::bail!("watcher {done} ended early")
+            }
+        }
+    }
+}
+
+/// How long the watchers get, after the last call, to receive its entries.
+const DRAIN: Duration = Duration::from_secs(15);
+
+/// Opens the `--watchers` streams, every account's, after the highest sequence
+/// (from the database, else 0), and returns once every one has answered.
+async fn attach(
+    args: &BenchArgs,
+    follow: &Arc<Follow>,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<anyhow::Result<()>>>> {
+    let after = match &args.database_url {
+        Some(url) => {
+            let mut conn = mysql_async::Conn::from_url(url.as_str())
+                .await
+                .context("cannot connect to read the highest sequence")?;
+            let highest: Option<u64> = conn
+                .query_first("SELECT COALESCE(MAX(sequence), 0) FROM entries")
+                .await?;
+            let _ = conn.disconnect().await;
+            highest.unwrap_or(0)
+        }
+        None => 0,
+    };
+    let mut channels = Vec::new();
+    for _ in 0..follow.reached.len().div_ceil(WORKERS_PER_CONNECTION) {
+        channels.push(
+            Endpoint::from_shared(args.target.clone())?
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .with_context(|| format!("cannot connect to {}", args.target))?,
+        );
+    }
+    let watchers: Vec<_> = (0..follow.reached.len())
+        .zip(channels.iter().cycle())
+        .map(|(i, channel)| tokio::spawn(watch(i, channel.clone(), after, follow.clone())))
+        .collect();
+    let deadline = Instant::now() + DRAIN;
+    while follow.open.load(Ordering::Relaxed) < u64::try_from(watchers.len())? {
+        if let Some(done) = watchers
+            .iter()
+            .position(tokio::task::JoinHandle::is_finished)
+        {
+            let mut watchers = watchers;
+            watchers.swap_remove(done).await??;
+            anyhow::bail!("watcher {done} ended before the run");
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the watchers' streams did not open in {DRAIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(watchers)
+}
+
+/// One watcher: every entry after `after`, which must come in contiguous
+/// sequences; watcher 0 also times the entries' arrival.
+async fn watch(
+    index: usize,
+    channel: Channel,
+    after: u64,
+    follow: Arc<Follow>,
+) -> anyhow::Result<()> {
+    let mut client = LedgerClient::new(channel);
+    let request = pb::WatchEntriesRequest {
+        after_sequence: after,
+        account_id: 0,
+    };
+    let mut stream = client
+        .watch_entries(request)
+        .await
+        .with_context(|| format!("watcher {index} could not start"))?
+        .into_inner();
+    follow.open.fetch_add(1, Ordering::Relaxed);
+    let mut last = after;
+    while let Some(entry) = stream
+        .message()
+        .await
+        .with_context(|| format!("watcher {index}'s stream failed"))?
+    {
+        let at = Instant::now();
+        anyhow::ensure!(
+            entry.sequence == last + 1,
+            "watcher {index} received sequence {} after {last}: the stream is not contiguous",
+            entry.sequence
+        );
+        last = entry.sequence;
+        if index == 0 {
+            follow.received(entry.entry_id, at);
+        }
+        if let Some(reached) = follow.reached.get(index) {
+            reached.store(last, Ordering::Relaxed);
+        }
+    }
+    anyhow::bail!("watcher {index}'s stream ended after sequence {last}")
 }
 
 async fn open_accounts(
@@ -378,9 +660,10 @@ async fn worker(
         };
         let amount = 1 + rand::random_range(0..100_i64);
         let started = Instant::now();
-        let calls = (0..copies).map(|_| one_op(client.clone(), &plan, op, &key, account, amount));
-        let answers = futures::future::join_all(calls).await;
         let measured = started >= measure_from;
+        let calls =
+            (0..copies).map(|_| one_op(client.clone(), &plan, measured, op, &key, account, amount));
+        let answers = futures::future::join_all(calls).await;
         for (answer, took) in answers.into_iter().flatten() {
             if measured {
                 tally.calls += 1;
@@ -435,6 +718,7 @@ fn choose(plan: &Plan) -> anyhow::Result<(Op, u64)> {
             },
             1,
         ),
+        Scenario::Idle => anyhow::bail!("the idle scenario makes no calls"),
     })
 }
 
@@ -461,6 +745,7 @@ type Answer = Result<Option<(String, Vec<(u64, i64)>)>, Code>;
 async fn one_op(
     mut client: LedgerClient<Channel>,
     plan: &Plan,
+    measured: bool,
     op: Op,
     key: &str,
     account: u64,
@@ -472,6 +757,9 @@ async fn one_op(
     match op {
         Op::Charge => {
             let answer = client.charge(charge(key.to_owned(), account, amount)).await;
+            if let Ok(reply) = &answer {
+                plan.replied(measured, reply.get_ref().entry.iter().map(|e| e.entry_id));
+            }
             vec![timed(
                 started,
                 answer
@@ -488,6 +776,9 @@ async fn one_op(
                 description: String::new(),
             };
             let answer = client.credit(request).await;
+            if let Ok(reply) = &answer {
+                plan.replied(measured, reply.get_ref().entry.iter().map(|e| e.entry_id));
+            }
             vec![timed(
                 started,
                 answer
@@ -522,20 +813,25 @@ async fn one_op(
                 description: String::new(),
             };
             let answer = client.transfer(request).await;
+            if let Ok(reply) = &answer {
+                let reply = reply.get_ref();
+                let ids = reply.debit.iter().chain(&reply.credit).map(|e| e.entry_id);
+                plan.replied(measured, ids);
+            }
             let entries = vec![(account, -amount), (to, amount)];
             vec![timed(
                 started,
                 answer.map(|_| effect(entries)).map_err(|s| s.code()),
             )]
         }
-        Op::HoldCapture => hold_then_capture(client, key, account, amount).await,
+        Op::HoldCapture => hold_then_capture(client, plan, measured, key, account, amount).await,
         Op::Sale { merchant, platform } => {
             let legs = [
                 (account, merchant, amount),
                 (account, platform, 3),
                 (merchant, platform, 1),
             ];
-            vec![post(client, key, &legs).await]
+            vec![post(client, plan, measured, key, &legs).await]
         }
         Op::Post { legs } => {
             let mut chosen = Vec::with_capacity(legs);
@@ -548,7 +844,7 @@ async fn one_op(
                 };
                 chosen.push((from, to, 1 + rand::random_range(0..100_i64)));
             }
-            vec![post(client, key, &chosen).await]
+            vec![post(client, plan, measured, key, &chosen).await]
         }
     }
 }
@@ -556,6 +852,8 @@ async fn one_op(
 /// One Post of `legs` (from, to, amount), timed.
 async fn post(
     mut client: LedgerClient<Channel>,
+    plan: &Plan,
+    measured: bool,
     key: &str,
     legs: &[(u64, u64, i64)],
 ) -> (Answer, Duration) {
@@ -579,6 +877,9 @@ async fn post(
         .flat_map(|&(from, to, amount)| [(from, -amount), (to, amount)])
         .collect();
     let answer = client.post(request).await;
+    if let Ok(reply) = &answer {
+        plan.replied(measured, reply.get_ref().entries.iter().map(|e| e.entry_id));
+    }
     (
         answer
             .map(|_| Some((key.to_owned(), entries)))
@@ -589,6 +890,8 @@ async fn post(
 
 async fn hold_then_capture(
     mut client: LedgerClient<Channel>,
+    plan: &Plan,
+    measured: bool,
     key: &str,
     account: u64,
     amount: i64,
@@ -620,9 +923,11 @@ async fn hold_then_capture(
         amount,
         description: String::new(),
     };
-    let captured = client
-        .capture_hold(capture)
-        .await
+    let captured = client.capture_hold(capture).await;
+    if let Ok(reply) = &captured {
+        plan.replied(measured, reply.get_ref().entry.iter().map(|e| e.entry_id));
+    }
+    let captured = captured
         .map(|_| Some((format!("{key}-capture"), vec![(account, -amount)])))
         .map_err(|s| s.code());
     vec![placed, (captured, started.elapsed())]
@@ -641,6 +946,17 @@ struct Report {
     p99_ms: f64,
     max_ms: f64,
     errors: BTreeMap<String, u64>,
+    watchers: u64,
+    /// With watchers: the reply-to-arrival lag.
+    lag: Option<Lag>,
+}
+
+/// Reply to arrival in watcher 0, over the entries of the measured calls.
+struct Lag {
+    entries: u64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
 }
 
 impl Report {
@@ -648,8 +964,21 @@ impl Report {
         clippy::cast_precision_loss,
         reason = "counts and microseconds far below 2^52"
     )]
-    fn new(args: &BenchArgs, tally: &Tally) -> Self {
+    fn new(args: &BenchArgs, tally: &Tally, follow: Option<&Follow>) -> Self {
         let ms = |q: f64| tally.latency.value_at_quantile(q) as f64 / 1000.0;
+        let lag = follow.map(|f| {
+            let h = f
+                .lag
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+            Lag {
+                entries: f.matched.load(Ordering::Relaxed),
+                p50_ms: ms(0.5),
+                p99_ms: ms(0.99),
+                max_ms: h.max() as f64 / 1000.0,
+            }
+        });
         let seconds = args.duration.as_secs_f64();
         Self {
             scenario: args.scenario,
@@ -663,6 +992,8 @@ impl Report {
             p99_ms: ms(0.99),
             max_ms: tally.latency.max() as f64 / 1000.0,
             errors: tally.errors.clone(),
+            watchers: args.watchers,
+            lag,
         }
     }
 
@@ -675,7 +1006,7 @@ impl Report {
         format!(
             "{{\"scenario\":\"{:?}\",\"concurrency\":{},\"accounts\":{},\"seconds\":{:.1},\"calls\":{},\
              \"calls_per_second\":{:.1},\"p50_ms\":{:.3},\"p95_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\
-             \"errors\":{{{}}}}}",
+             \"errors\":{{{}}},\"watchers\":{}{}}}",
             self.scenario,
             self.concurrency,
             self.accounts,
@@ -686,7 +1017,12 @@ impl Report {
             self.p95_ms,
             self.p99_ms,
             self.max_ms,
-            errors.join(",")
+            errors.join(","),
+            self.watchers,
+            self.lag.as_ref().map_or_else(String::new, |l| format!(
+                ",\"lag_entries\":{},\"lag_p50_ms\":{:.3},\"lag_p99_ms\":{:.3},\"lag_max_ms\":{:.3}",
+                l.entries, l.p50_ms, l.p99_ms, l.max_ms
+            ))
         )
     }
 }
@@ -708,7 +1044,15 @@ impl std::fmt::Display for Report {
             "latency ms: p50 {:.2}  p95 {:.2}  p99 {:.2}  max {:.2}",
             self.p50_ms, self.p95_ms, self.p99_ms, self.max_ms
         )?;
-        write!(f, "errors: {:?}", self.errors)
+        write!(f, "errors: {:?}", self.errors)?;
+        if let Some(l) = &self.lag {
+            write!(
+                f,
+                "\nstream lag ms (reply to arrival, {} watchers, {} entries): p50 {:.2}  p99 {:.2}  max {:.2}",
+                self.watchers, l.entries, l.p50_ms, l.p99_ms, l.max_ms
+            )?;
+        }
+        Ok(())
     }
 }
 
