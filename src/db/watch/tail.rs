@@ -27,10 +27,10 @@ use crate::telemetry::metrics;
 /// is followed by the next at once.
 pub(crate) const BATCH_LIMIT: u32 = 1000;
 /// How often the tail looks for newly numbered entries while watchers are
-/// connected: well under the time an entry takes to be numbered, and one indexed
-/// read that finds nothing when nothing is new. Entries are numbered by one
-/// instance of the fleet, so the others learn of new numbers only by reading.
-const POLL: Duration = Duration::from_millis(5);
+/// connected, when this instance's assigner has not woken it: entries are numbered
+/// by one instance of the fleet, so the others learn of new numbers only by
+/// reading. One indexed read that finds nothing when nothing is new.
+const POLL: Duration = Duration::from_millis(25);
 /// How long the tail waits after a failed read (the database is down, or a
 /// broken invariant): it logs each failure, and should not do so 200 times a
 /// second.
@@ -204,6 +204,11 @@ impl Tail {
 async fn run(shared: Arc<Shared>, db: WeakPersistence) {
     let tail = Tail { shared };
     let mut last = None;
+    // Rounds this instance's assigner commits wake the tail at once.
+    let Some(mut assigned) = db.upgrade().map(|db| db.assigned()) else {
+        tail.shared.lock().running = false;
+        return;
+    };
     loop {
         {
             let mut state = tail.shared.lock();
@@ -228,6 +233,7 @@ async fn run(shared: Arc<Shared>, db: WeakPersistence) {
         if !pause.is_zero() {
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
+                Ok(()) = assigned.changed() => {}
                 () = tail.shared.closing.cancelled() => {}
             }
         }
