@@ -50,13 +50,13 @@ fn follow(client: &Client) -> Following {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (tell, last) = watch::channel(0);
     let (record, resumed) = (seen.clone(), Arc::new(AtomicU64::new(0)));
-    let resumes = resumed.clone();
+    let resumed_so_far = resumed.clone();
     let task = tokio::spawn(async move {
         loop {
             match watcher.next().await {
                 Ok(entry) => {
                     record.lock().unwrap().push(entry.sequence);
-                    resumes.store(watcher.resumed(), Ordering::Relaxed);
+                    resumed_so_far.store(watcher.resumed(), Ordering::Relaxed);
                     tell.send_replace(entry.sequence);
                 }
                 Err(e) => return e,
@@ -88,7 +88,7 @@ impl Following {
 async fn keep_writing(client: Client, a: u64, b: u64, stop: Arc<AtomicBool>) -> u64 {
     let mut i = 0_u64;
     while !stop.load(Ordering::Relaxed) {
-        let (from, to) = if i % 2 == 0 { (a, b) } else { (b, a) };
+        let (from, to) = if i.is_multiple_of(2) { (a, b) } else { (b, a) };
         let mut request = pb::TransferRequest {
             from_account_id: from,
             to_account_id: to,
