@@ -17,18 +17,23 @@ use crate::support::{Instance, TestApp, TestDb};
 /// stop: a killed assigner is replaced within its 3 s lease, then numbers in ms.
 const CATCH_UP: Duration = Duration::from_secs(30);
 
-/// Polls until the assigner's lease is held by someone; fails after 20 s.
-async fn until_leased(db: &TestDb) {
-    let mut conn = db.sql().await;
+/// Who holds the assigner's lease, while someone does.
+async fn lease_owner(db: &TestDb) -> Option<Vec<u8>> {
+    db.sql()
+        .await
+        .query_first(
+            "SELECT owner FROM ledger_stream WHERE id = 1 AND lease_until > UTC_TIMESTAMP(6)",
+        )
+        .await
+        .unwrap()
+}
+
+/// Polls until the assigner's lease is held by someone; its owner. Fails
+/// after 20 s.
+async fn until_leased(db: &TestDb) -> Vec<u8> {
     for _ in 0..1000 {
-        let owner: Option<Vec<u8>> = conn
-            .query_first(
-                "SELECT owner FROM ledger_stream WHERE id = 1 AND lease_until > UTC_TIMESTAMP(6)",
-            )
-            .await
-            .unwrap();
-        if owner.is_some() {
-            return;
+        if let Some(owner) = lease_owner(db).await {
+            return owner;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -116,7 +121,8 @@ async fn keep_writing(client: Client, a: u64, b: u64, stop: Arc<AtomicBool>) -> 
 async fn a_watcher_sees_every_entry_once_across_a_kill_and_a_restart() {
     let db = TestDb::new();
     let first = Instance::start(&db, "127.0.0.1:0".parse().unwrap()).await;
-    until_leased(&db).await; // the first instance numbers entries: its kill moves the lease
+    // The first instance numbers entries: its kill leaves the lease to run out.
+    let first_owner = until_leased(&db).await;
     let second = Instance::start(&db, "127.0.0.1:0".parse().unwrap()).await;
     let first_addr = first.addr;
     let to_second = Client::builder().endpoint(second.url()).build().unwrap();
@@ -141,8 +147,14 @@ async fn a_watcher_sees_every_entry_once_across_a_kill_and_a_restart() {
 
     following.until(20, CATCH_UP).await;
     first.kill().await;
-    let at_kill = *following.last.borrow();
+    let (at_kill, killed_at) = (*following.last.borrow(), tokio::time::Instant::now());
     following.until(at_kill + 40, CATCH_UP).await;
+    let taken_over = killed_at.elapsed();
+    let owner = until_leased(&db).await;
+    assert_ne!(
+        owner, first_owner,
+        "the second instance took the lease over"
+    );
     let restarted = Instance::start(&db, first_addr).await;
     second.terminate().await;
     let at_shutdown = *following.last.borrow();
@@ -161,7 +173,10 @@ async fn a_watcher_sees_every_entry_once_across_a_kill_and_a_restart() {
     let expected: Vec<u64> = (1..=committed).collect();
     assert_eq!(seen, expected, "every entry once, in order, without a hole");
     let resumed = following.resumed.load(Ordering::Relaxed);
-    eprintln!("{committed} entries, {transfers} transfers; the watcher resumed {resumed} times");
+    eprintln!(
+        "{committed} entries, {transfers} transfers; the watcher resumed {resumed} times; \
+         40 entries past the kill within {taken_over:?}"
+    );
     assert!(
         resumed >= 2,
         "resumed after the kill and the shutdown: {resumed}"
