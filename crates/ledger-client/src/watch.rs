@@ -59,7 +59,9 @@ pub struct Watcher {
     /// The last sequence yielded (or the one it started after): where a resumed
     /// stream starts.
     last: u64,
-    stream: Option<Streaming<pb::Entry>>,
+    /// The open stream, and the endpoint it was opened on (the one to move
+    /// away from when it breaks).
+    stream: Option<(usize, Streaming<pb::Entry>)>,
     /// Failed opens and broken streams since the last entry: the backoff's step.
     retries: u32,
     /// Times the stream was opened.
@@ -86,25 +88,30 @@ impl Watcher {
     /// The next entry, in sequence order, waiting for it to commit if need be.
     pub async fn next(&mut self) -> Result<pb::Entry, Error> {
         loop {
-            let endpoint = self.client.current_endpoint();
-            let status = match self.stream.as_mut() {
-                None => match self.open(endpoint).await {
-                    Ok(stream) => {
-                        self.stream = Some(stream);
-                        continue;
-                    }
-                    Err(status) => status,
-                },
-                Some(stream) => match stream.message().await {
-                    Ok(Some(entry)) => {
-                        if let Some(entry) = self.accept(entry)? {
-                            return Ok(entry);
+            let (endpoint, status) = match self.stream.as_mut() {
+                None => {
+                    let endpoint = self.client.current_endpoint();
+                    match self.open(endpoint).await {
+                        Ok(stream) => {
+                            self.stream = Some((endpoint, stream));
+                            continue;
                         }
-                        continue;
+                        Err(status) => (endpoint, status),
                     }
-                    Ok(None) => Status::unavailable("the stream ended"),
-                    Err(status) => status,
-                },
+                }
+                Some((endpoint, stream)) => (
+                    *endpoint,
+                    match stream.message().await {
+                        Ok(Some(entry)) => {
+                            if let Some(entry) = self.accept(entry)? {
+                                return Ok(entry);
+                            }
+                            continue;
+                        }
+                        Ok(None) => Status::unavailable("the stream ended"),
+                        Err(status) => status,
+                    },
+                ),
             };
             self.stream = None;
             self.pause(endpoint, &status).await?;

@@ -93,7 +93,10 @@ fn redacted() -> insta::Settings {
         (r#""(\w*Id|\w*_id)":( ?)"\d+""#, r#""$1":$2"[id]""#),
         (r"account \d+", "account [id]"),
         // A watch-entries row: the sequence, then the entry's and the account's ids.
-        (r"(?m)^(\d+ +)\d+ +\d+ +(ENTRY_KIND_)", "$1[id]      [id]        $2"),
+        (
+            r"(?m)^(\d+ +)\d+ +\d+ +(ENTRY_KIND_)",
+            "$1[id]      [id]        $2",
+        ),
     ] {
         settings.add_filter(pattern, replacement);
     }
