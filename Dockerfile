@@ -12,26 +12,32 @@ WORKDIR /app
 COPY Cargo.toml Cargo.lock ./
 COPY crates/ledger-proto/Cargo.toml crates/ledger-proto/build.rs ./crates/ledger-proto/
 COPY crates/ledger-devtools/Cargo.toml ./crates/ledger-devtools/
+COPY crates/ledger-client/Cargo.toml ./crates/ledger-client/
+COPY crates/ledgerctl/Cargo.toml ./crates/ledgerctl/
 COPY proto ./proto
-RUN mkdir -p src crates/ledger-proto/src crates/ledger-devtools/src \
+RUN mkdir -p src crates/ledger-proto/src crates/ledger-devtools/src crates/ledger-client/src crates/ledgerctl/src \
  && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs crates/ledger-proto/src/lib.rs crates/ledger-devtools/src/lib.rs \
- && cargo build --release --locked \
- && rm -rf src crates/ledger-proto/src crates/ledger-devtools/src
+ && echo 'fn main() {}' > crates/ledgerctl/src/main.rs \
+ && touch src/lib.rs crates/ledger-proto/src/lib.rs crates/ledger-devtools/src/lib.rs crates/ledger-client/src/lib.rs \
+ && cargo build --release --locked -p ledger -p ledgerctl \
+ && rm -rf src crates/ledger-proto/src crates/ledger-devtools/src crates/ledger-client/src crates/ledgerctl/src
 COPY src ./src
 COPY crates/ledger-proto/src ./crates/ledger-proto/src
 COPY crates/ledger-devtools/src ./crates/ledger-devtools/src
+COPY crates/ledger-client/src ./crates/ledger-client/src
+COPY crates/ledgerctl/src ./crates/ledgerctl/src
 COPY migrations ./migrations
 # The copies keep the context's times, which may be older than the stubs' build.
 RUN touch src/main.rs src/lib.rs crates/ledger-proto/src/lib.rs crates/ledger-devtools/src/lib.rs \
- && cargo build --release --locked
+      crates/ledger-client/src/lib.rs crates/ledgerctl/src/main.rs \
+ && cargo build --release --locked -p ledger -p ledgerctl
 
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ledger
-COPY --from=build /app/target/release/ledger /usr/local/bin/ledger
+COPY --from=build /app/target/release/ledger /app/target/release/ledgerctl /usr/local/bin/
 USER ledger
 ENV LEDGER_LISTEN=0.0.0.0:50051 \
     LEDGER_LOG_FORMAT=json

@@ -2,8 +2,9 @@
 # Static checks of the Docker files, which need no Docker engine. CI also builds the
 # image and runs the compose file on one (scripts/docker-check.sh); these check what
 # that run does not show, or shows only with its stand-in base images:
-# - the Dockerfile builds with exactly `cargo build --release --locked`, and that
-#   command succeeds here (its binary is the one the image ships);
+# - the Dockerfile builds with exactly `cargo build --release --locked -p ledger -p
+#   ledgerctl`, and that command succeeds here (its binaries are the ones the image
+#   ships);
 # - every file the Dockerfile COPYs from the context exists;
 # - every LEDGER_* setting in the Dockerfile and docker-compose.yml is one that
 #   `ledger serve --help` documents, and the compose file has the shape the README
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 fail() { echo "check-docker: $*" >&2; exit 1; }
 
 builds=$(grep -oE 'cargo build[^&\\]*' Dockerfile | sed 's/[[:space:]]*$//' | sort -u)
-[ "$builds" = "cargo build --release --locked" ] || fail "unexpected build commands: $builds"
+[ "$builds" = "cargo build --release --locked -p ledger -p ledgerctl" ] || fail "unexpected build commands: $builds"
 echo "building as the Dockerfile does: $builds"
 $builds
 

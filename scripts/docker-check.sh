@@ -19,7 +19,8 @@
 #   in a layer of its own rebuilt whenever Cargo.lock changes, the crates of the
 #   checkout's Cargo.lock (`cargo vendor`) with a cargo config in CARGO_HOME that
 #   builds offline from them. The Dockerfile itself is unchanged: it builds with
-#   `cargo build --release --locked` as it does against the official image;
+#   `cargo build --release --locked -p ledger -p ledgerctl` as it does against the
+#   official image;
 # - mysql:8.4: Debian sid's MySQL server (9.x, the MySQL Debian packages) with
 #   scripts/docker-ci/mysql-entrypoint.sh doing what the official image's does.
 # These tags exist only in this script's own daemon (its own socket and data root),
@@ -378,6 +379,8 @@ checks() {
   out=$("${G[@]}" -v -d "$CHARGE" "$ADDR" ledger.v1.Ledger/Charge)
   expect "its replay, with idempotent-replayed: true" '^idempotent-replayed: true' "$out"
   expect "the replay returns the same entry" "$(grep -oE '"entryId": "[0-9]+"' <<<"$first")" "$out"
+  expect "the image's ledgerctl reads the account" '^balance +70 USD' \
+    "$(compose exec -T ledger ledgerctl get-account --account-id 1 2>&1)"
 
   t0=$SECONDS
   log "docker-compose restart ledger"

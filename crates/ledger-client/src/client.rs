@@ -56,6 +56,11 @@ impl Default for Budget {
     }
 }
 
+/// How often an idle connection is pinged, and how long a ping may go
+/// unanswered before the connection counts as failed.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Builds a [`Client`].
 #[derive(Debug, Default)]
 pub struct Builder {
@@ -123,7 +128,12 @@ impl Builder {
             .map(|uri| {
                 let mut endpoint = Endpoint::from_shared(uri.clone())
                     .map_err(|e| Error::Config(format!("endpoint {uri}: {e}")))?
-                    .connect_timeout(self.budget.attempt_timeout);
+                    .connect_timeout(self.budget.attempt_timeout)
+                    // A watcher's stream may be idle for long: pings tell a dead
+                    // connection from a quiet ledger, so it resumes elsewhere.
+                    .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+                    .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+                    .keep_alive_while_idle(true);
                 if let Some(tls) = &tls {
                     endpoint = endpoint
                         .tls_config(tls.clone())
@@ -297,14 +307,7 @@ impl Client {
                 Verdict::Final => return Err((Ended::Final(status), attempts)),
                 Verdict::Retry { failover } => {
                     if failover {
-                        // Only the first of the calls that saw this endpoint fail moves on.
-                        let next = (endpoint + 1) % self.channels.len();
-                        let _ = self.current.compare_exchange(
-                            endpoint,
-                            next,
-                            Ordering::Relaxed,
-                            Ordering::Relaxed,
-                        );
+                        self.fail_over(endpoint);
                     }
                     let wait = self.budget.backoff.wait(attempts - 1, &status);
                     last = Some(status);
@@ -317,6 +320,38 @@ impl Client {
         }
     }
 
+    /// The endpoint the next attempt goes to.
+    pub(crate) fn current_endpoint(&self) -> usize {
+        self.current.load(Ordering::Relaxed)
+    }
+
+    /// `endpoint` failed: the next attempts (this call's and the others') go to
+    /// the next one. Only the first of the calls that saw it fail moves on.
+    pub(crate) fn fail_over(&self, endpoint: usize) {
+        let next = (endpoint + 1) % self.channels.len();
+        let _ = self
+            .current
+            .compare_exchange(endpoint, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    pub(crate) fn channel(&self, endpoint: usize) -> Result<Channel, Status> {
+        self.channels
+            .get(endpoint % self.channels.len())
+            .cloned()
+            .ok_or_else(|| Status::internal("no endpoint"))
+    }
+
+    /// A request with these bytes and the token.
+    pub(crate) fn request(&self, bytes: Bytes) -> Request<Bytes> {
+        let mut request = Request::new(bytes);
+        if let Some(token) = &self.token {
+            request
+                .metadata_mut()
+                .insert("authorization", token.clone());
+        }
+        request
+    }
+
     /// One attempt on one endpoint, bounded by `timeout` (also sent as the
     /// call's `grpc-timeout`, so the server stops waiting too).
     async fn attempt<U: prost::Message + Default + Send + 'static>(
@@ -326,18 +361,9 @@ impl Client {
         bytes: Bytes,
         timeout: Duration,
     ) -> Result<(U, MetadataMap), Status> {
-        let channel = self
-            .channels
-            .get(endpoint % self.channels.len())
-            .cloned()
-            .ok_or_else(|| Status::internal("no endpoint"))?;
-        let mut request = Request::new(bytes);
+        let channel = self.channel(endpoint)?;
+        let mut request = self.request(bytes);
         request.set_timeout(timeout);
-        if let Some(token) = &self.token {
-            request
-                .metadata_mut()
-                .insert("authorization", token.clone());
-        }
         let mut grpc = tonic::client::Grpc::new(channel);
         let call = async {
             grpc.ready()

@@ -42,6 +42,16 @@ pub enum Error {
         /// The decoder's message.
         message: String,
     },
+    /// The all-accounts change stream skipped a sequence: the server broke
+    /// SPEC 3.8's promise of no hole. A [`Watcher`](crate::Watcher) stops here
+    /// rather than let its caller miss an entry.
+    #[error("the change stream jumped from sequence {after} to {got}: a hole")]
+    Gap {
+        /// The last sequence yielded.
+        after: u64,
+        /// The sequence that came next.
+        got: u64,
+    },
     /// The client's settings are not usable (an endpoint, a certificate, a token).
     #[error("invalid client settings: {0}")]
     Config(String),

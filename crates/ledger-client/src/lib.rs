@@ -40,19 +40,23 @@
 //! # }
 //! ```
 //!
-//! Layout: [`rpc`](crate::METHODS) lists the RPCs (one line each), `client` holds
-//! the retry loop, `retry` what is retried and the backoff, `error` the
-//! declines. The `WatchEntries` watcher (resuming after the last sequence) is to
-//! come as a module of its own; it shares the endpoints and the token, not the
-//! unary retry loop.
+//! - [`Watcher`] follows the change stream (`WatchEntries`), resuming after the
+//!   last sequence it yielded, on the next endpoint, after any disconnect.
+//!
+//! Layout: [`rpc`](crate::METHODS) lists the unary RPCs (one line each), `client`
+//! holds the retry loop, `retry` what is retried and the backoff, `error` the
+//! declines, `watch` the watcher of the stream (it shares the endpoints, the
+//! token and the backoff, not the unary retry loop).
 
 mod client;
 mod error;
 mod retry;
 mod rpc;
+mod watch;
 
 pub use client::{Answer, Budget, Builder, Client};
 pub use error::{Decline, Error, Reason, Violation};
 pub use ledger_proto::pb;
 pub use retry::Backoff;
 pub use rpc::{METHODS, Method};
+pub use watch::Watcher;

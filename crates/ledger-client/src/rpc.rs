@@ -2,7 +2,7 @@
 //! generates the typed method of [`Client`](crate::Client), the marker type the
 //! retry loop is generic over, and [`METHODS`], the list a test holds against the
 //! proto. `WatchEntries` (server streaming) is not here: its resuming watcher
-//! belongs in a `watch` module of its own, beside this one.
+//! is the `watch` module, beside this one.
 
 use std::marker::PhantomData;
 

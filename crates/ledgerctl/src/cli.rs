@@ -85,8 +85,6 @@ pub(crate) struct Description {
     description: String,
 }
 
-// `watch-entries --after-sequence N [--account-id A]` (WatchEntries, streaming)
-// joins this list with the client crate's resuming watcher.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Opens an account with a zero balance.
@@ -118,6 +116,9 @@ pub(crate) enum Command {
     LookupKey(LookupKey),
     /// Several transfers that take effect together or not at all.
     Post(Post),
+    /// Prints entries as they commit, in sequence order, resuming after the
+    /// last one printed when the stream breaks; until Ctrl-C or --limit.
+    WatchEntries(WatchEntries),
     /// Prints a shell completion script.
     Completions {
         #[arg(value_enum)]
@@ -423,6 +424,19 @@ impl Post {
             description: self.description.description,
         }
     }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WatchEntries {
+    /// The last sequence already processed; 0 starts from the ledger's first entry.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) after_sequence: u64,
+    /// Only this account's entries; 0 (the default) every account's.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) account_id: u64,
+    /// Stops after this many entries (for scripts); without it, runs until Ctrl-C.
+    #[arg(long)]
+    pub(crate) limit: Option<u64>,
 }
 
 /// `FROM:TO:AMOUNT:CURRENCY[:DESCRIPTION]`, e.g. `1:2:97:USD`.

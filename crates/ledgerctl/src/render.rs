@@ -72,6 +72,69 @@ pub(crate) fn reply(message: &DynamicMessage, output: Output) -> String {
     }
 }
 
+/// The first line of `watch-entries` as a table: the columns' names.
+pub(crate) fn entry_header() -> String {
+    let names = [
+        "SEQUENCE",
+        "ENTRY_ID",
+        "ACCOUNT_ID",
+        "KIND",
+        "AMOUNT",
+        "BALANCE_AFTER",
+        "CURRENCY",
+        "CREATED_AT",
+        "KEY / DESCRIPTION",
+    ];
+    columns(names.map(str::to_owned))
+}
+
+/// One entry of the change stream on one line: a table row under
+/// [`entry_header`], or one compact protobuf JSON object (JSON Lines).
+pub(crate) fn entry_line(entry: &pb::Entry, output: Output) -> Result<String, String> {
+    if output == Output::Json {
+        let mut text = serde_json::to_string(&json_of(&dynamic(entry, "ledger.v1.Entry")?))
+            .map_err(|e| e.to_string())?;
+        text.push('\n');
+        return Ok(text);
+    }
+    let mut key = entry.idempotency_key.clone();
+    if !entry.description.is_empty() {
+        let _ = write!(key, " / {}", entry.description);
+    }
+    Ok(columns([
+        entry.sequence.to_string(),
+        entry.entry_id.to_string(),
+        entry.account_id.to_string(),
+        entry.kind().as_str_name().to_owned(),
+        entry.amount.to_string(),
+        entry.balance_after.to_string(),
+        entry.currency.clone(),
+        entry.created_at.map(|t| t.to_string()).unwrap_or_default(),
+        key,
+    ]))
+}
+
+/// Left-aligned but for the two amounts; minor units, as on the wire.
+fn columns(
+    [
+        sequence,
+        entry,
+        account,
+        kind,
+        amount,
+        balance,
+        currency,
+        created,
+        key,
+    ]: [String; 9],
+) -> String {
+    let line = format!(
+        "{sequence:<8}  {entry:<8}  {account:<10}  {kind:<23}  {amount:>10}  {balance:>13}  \
+         {currency:<8}  {created:<30}  {key}"
+    );
+    format!("{}\n", line.trim_end())
+}
+
 /// A `KeyRecord`, its stored reply decoded as its method's reply, or its stored
 /// decline parsed.
 pub(crate) fn key_record(record: &pb::KeyRecord, output: Output) -> Result<String, String> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::CommandFactory as _;
 use ledger_client::{Answer, Budget, Client, Error, pb};
 
-use crate::cli::{Cli, Command, Global, Output};
+use crate::cli::{Cli, Command, Global, Output, WatchEntries};
 use crate::render;
 
 pub(crate) const OK: u8 = 0;
@@ -109,6 +109,7 @@ async fn call(client: &Client, command: Command, out: Output) -> u8 {
             let request = c.request();
             show(client.post(request).await, "ledger.v1.PostReply", out)
         }
+        Command::WatchEntries(c) => watch(client, &c, out).await,
         Command::Completions { .. } => OK,
     }
 }
@@ -170,6 +171,35 @@ fn lookup(result: Result<Answer<pb::KeyRecord>, Error>, out: Output) -> u8 {
         },
         Err(e) => failed(&e, out),
     }
+}
+
+/// Prints each entry as it arrives, through the resuming watcher, until Ctrl-C,
+/// `--limit` entries, or a final error.
+async fn watch(client: &Client, c: &WatchEntries, out: Output) -> u8 {
+    let mut watcher = client.watch(c.after_sequence, c.account_id);
+    if out == Output::Table && print(&render::entry_header()) != OK {
+        return FAILED;
+    }
+    let mut printed = 0_u64;
+    while c.limit.is_none_or(|limit| printed < limit) {
+        let entry = tokio::select! {
+            entry = watcher.next() => entry,
+            _ = tokio::signal::ctrl_c() => return OK,
+        };
+        let line = match entry.map(|entry| render::entry_line(&entry, out)) {
+            Ok(Ok(line)) => line,
+            Ok(Err(e)) => {
+                eprintln!("ledgerctl: {e}");
+                return FAILED;
+            }
+            Err(e) => return failed(&e, out),
+        };
+        if print(&line) != OK {
+            return FAILED;
+        }
+        printed += 1;
+    }
+    OK
 }
 
 fn print(text: &str) -> u8 {

@@ -16,3 +16,4 @@ mod budget;
 mod connection;
 mod faults;
 mod service_config;
+mod watch;

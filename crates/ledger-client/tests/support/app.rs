@@ -81,3 +81,86 @@ impl TestApp {
         account
     }
 }
+
+/// An instance in a runtime of its own, which a test can end as SIGKILL ends a
+/// process (every task dropped: connections cut, nothing drained, the stream's
+/// lease left to run out) or shut down as SIGTERM does (streams ended with
+/// `SHUTTING_DOWN`, calls drained), and start again on the same address.
+pub struct Instance {
+    pub addr: SocketAddr,
+    runtime: Option<tokio::runtime::Runtime>,
+    stop: Option<oneshot::Sender<()>>,
+    stopped: Option<oneshot::Receiver<()>>,
+}
+
+impl Instance {
+    /// An instance on `addr` (port 0: a free one), serving once this returns.
+    pub async fn start(db: &TestDb, addr: SocketAddr) -> Self {
+        let mut settings = Settings::new(addr, db.url.clone()).expect("defaults");
+        settings.pool = PoolSettings {
+            size: 8,
+            checkout_timeout: Duration::from_secs(10),
+        };
+        settings.shutdown_delay = Duration::from_millis(100);
+        settings.shutdown_grace = Duration::from_secs(2);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (bound, bound_at) = oneshot::channel();
+        let (stop, stopping) = oneshot::channel::<()>();
+        let (done, stopped) = oneshot::channel::<()>();
+        runtime.spawn(async move {
+            let app = Application::build(settings, None)
+                .await
+                .expect("app builds");
+            let _ = bound.send(app.local_addr());
+            let _ = app
+                .run_until(async move {
+                    let _ = stopping.await;
+                })
+                .await;
+            let _ = done.send(());
+        });
+        let addr = bound_at.await.expect("the instance starts");
+        Self {
+            addr,
+            runtime: Some(runtime),
+            stop: Some(stop),
+            stopped: Some(stopped),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Ends it at once, as SIGKILL would.
+    pub async fn kill(mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            tokio::task::spawn_blocking(move || runtime.shutdown_timeout(Duration::from_secs(5)))
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Shuts it down as SIGTERM does; returns once it has stopped.
+    pub async fn terminate(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(stopped) = self.stopped.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(30), stopped).await;
+        }
+        self.kill().await;
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}

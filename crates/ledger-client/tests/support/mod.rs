@@ -15,6 +15,6 @@ pub mod faults;
 #[path = "../../../../tests/support/server.rs"]
 pub mod server;
 
-pub use app::TestApp;
+pub use app::{Instance, TestApp};
 pub use faults::{Fault, FaultProxy};
 pub use server::{TestDb, assert_each_key_charged_once};

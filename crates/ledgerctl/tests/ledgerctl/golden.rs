@@ -1,6 +1,7 @@
 //! The output people and programs read, as golden files: every keyed command's
 //! reply, a replay, a decline, and `lookup-key` of a stored reply and of a stored
-//! decline, as a table and as protobuf JSON. Timestamps, ids and made keys are
+//! decline, and `watch-entries` of every account and of one, as a table and as
+//! protobuf JSON. Timestamps, ids and made keys are
 //! redacted (they differ per run); the rest must match byte for byte.
 
 use std::fmt::Write as _;
@@ -65,6 +66,8 @@ async fn transcript(output: &str) -> String {
         "lookup-key --key g-decline",
         "lookup-key --key never-used",
         "charge --account-id $A --amount 1 --currency USD",
+        "watch-entries --after-sequence 0 --limit 10",
+        "watch-entries --after-sequence 4 --account-id $B --limit 2",
     ];
     let mut out = String::new();
     for shown in steps {
@@ -87,8 +90,13 @@ fn redacted() -> insta::Settings {
         ),
         // Ids in tables, JSON (camelCase, as strings) and decline metadata.
         (r"(?m)^(\s*\w*_id\s+)\d+", "$1[id]"),
-        (r#""(\w*Id|\w*_id)": "\d+""#, r#""$1": "[id]""#),
+        (r#""(\w*Id|\w*_id)":( ?)"\d+""#, r#""$1":$2"[id]""#),
         (r"account \d+", "account [id]"),
+        // A watch-entries row: the sequence, then the entry's and the account's ids.
+        (
+            r"(?m)^(\d+ +)\d+ +\d+ +(ENTRY_KIND_)",
+            "$1[id]      [id]        $2",
+        ),
     ] {
         settings.add_filter(pattern, replacement);
     }
