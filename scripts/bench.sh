@@ -11,7 +11,8 @@
 # scripts/sql-ceilings) run against that same database server, with the same
 # concurrency and account counts. Then `ledger bench` runs each scenario and the
 # table reports throughput, its ratio to the ceilings, p50/p99 latency, and the
-# server's peak RSS and CPU time per call (from /proc). The change stream: unique
+# server's peak RSS and CPU time per measured call (from /proc, over the measured
+# calls only). The change stream: unique
 # keys with 4 WatchEntries streams attached (the lag from each reply to its
 # entry's arrival, every watcher checked for contiguous sequences), and the
 # database server's CPU with 64 idle streams against none. Its A/B with spread:
@@ -41,30 +42,25 @@ serve_args=(${LEDGER_BATCH_WRITERS:+--batch-writers "$LEDGER_BATCH_WRITERS"})
 # The database server the service runs (its child), for its CPU time.
 db_pid=$(pgrep -P "$server" | head -1)
 [ -n "$db_pid" ] || fail "no database server under ledger serve"
-cpu_ticks() { awk '{print $14 + $15}' "/proc/${1:-$server}/stat"; }
 reset_peak() { echo 5 > "/proc/$server/clear_refs"; }
 peak_kib() { awk '/VmHWM/ {print $2}' "/proc/$server/status"; }
 
 # scenario NAME CONCURRENCY ACCOUNTS [bench args...]: one JSON line, with the CPU
-# per call of the service, the database server and the load generator, and the
-# service's peak RSS added.
+# per measured call of the service, the database server and the load generator
+# (sampled by `ledger bench` over the measured calls only, not the set-up or the
+# warm-up), and the service's peak RSS added.
 scenario() {
   local name=$1 c=$2 a=$3; shift 3
   reset_peak
-  local before db_before; before=$(cpu_ticks); db_before=$(cpu_ticks "$db_pid")
-  local line TIMEFORMAT='%U %S'
-  { time line=$("$bin" bench --target "$target" --concurrency "$c" --accounts "$a" --duration "${secs}s" \
-           --warmup 2s --json --database-url "$db_url" "$@"); } 2>"$work/gen-time"
-  local after db_after; after=$(cpu_ticks); db_after=$(cpu_ticks "$db_pid")
-  python3 - "$name" "$line" "$((after - before))" "$((db_after - db_before))" "$(cat "$work/gen-time")" \
-    "$(peak_kib)" "$(getconf CLK_TCK)" <<'PY'
+  local line
+  line=$("$bin" bench --target "$target" --concurrency "$c" --accounts "$a" --duration "${secs}s" \
+           --warmup 2s --json --database-url "$db_url" --cpu-of "service=$server" --cpu-of "database=$db_pid" "$@")
+  python3 - "$name" "$line" "$(peak_kib)" <<'PY'
 import json, sys
-name, line, ticks, db_ticks, gen, peak, hz = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6]), int(sys.argv[7])
-calls = max(line["calls"], 1)
-# CPU over the warm-up and the measured calls alike: per measured call, an upper bound.
-gen_secs = sum(float(x) for x in gen.split())
-line.update(name=name, cpu_ms_per_call=ticks * 1000 / hz / calls, db_cpu_ms_per_call=db_ticks * 1000 / hz / calls,
-            gen_cpu_ms_per_call=gen_secs * 1000 / calls, peak_rss_mib=peak / 1024)
+name, line, peak = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+cpu = line["cpu_ms_per_call"]
+line.update(name=name, cpu_ms_per_call=cpu["service"], db_cpu_ms_per_call=cpu["database"],
+            gen_cpu_ms_per_call=cpu["bench"], peak_rss_mib=peak / 1024)
 print(json.dumps(line))
 PY
 }

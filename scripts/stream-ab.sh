@@ -53,11 +53,11 @@ off=http://127.0.0.1:$off_port
 
 results=$work/results.jsonl
 scenario() { # round mode name bench-args...
-  local round=$1 mode=$2 name=$3 url=$on database=$db_url extra=(--watchers "$watchers"); shift 3
-  [ "$mode" = off ] && { url=$off; database=$off_url; extra=(); }
+  local round=$1 mode=$2 name=$3 url=$on database=$db_url pid=$server extra=(--watchers "$watchers"); shift 3
+  [ "$mode" = off ] && { url=$off; database=$off_url; pid=$off_server; extra=(); }
   local line
   line=$("$bin" bench --target "$url" --concurrency "$conc" --duration "${secs}s" --warmup 2s --json \
-           --database-url "$database" "${extra[@]}" "$@") || fail "$mode $name failed"
+           --database-url "$database" --cpu-of "service=$pid" --cpu-of "database=$db_pid" "${extra[@]}" "$@") || fail "$mode $name failed"
   python3 - "$line" "$round" "$mode" "$name" >>"$results" <<'PY' || fail "$mode $name: $line"
 import json, sys
 line = json.loads(sys.argv[1])
@@ -101,6 +101,12 @@ print()
 for name in ("unique", "hot-merchant"):
     ratio = spread([get[(r, "on", name)]["calls_per_second"] / get[(r, "off", name)]["calls_per_second"] for r in R], times)
     print(f"{name + ' on / off (target >= 0.90x)':<40} {ratio:>30}")
+print()
+for name in ("unique", "hot-merchant"):
+    for part in ("service", "database", "bench"):
+        cells = [spread([get[(r, m, name)]["cpu_ms_per_call"][part] for r in R], lambda v: f"{v:.3f}") for m in ("off", "on")]
+        print(f"{f'{name} CPU ms/call, {part}':<40} {cells[0]:>30} {cells[1]:>30}")
+print("(CPU per measured call, over the measured calls only; `bench` is the load generator with its watchers)")
 print()
 for name in ("unique", "hot-merchant"):
     for q, target in (("p50", 20), ("p99", 100)):

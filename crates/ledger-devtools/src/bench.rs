@@ -47,6 +47,8 @@ use tonic::transport::{Channel, Endpoint};
 use ledger_proto::pb;
 use ledger_proto::pb::ledger_client::LedgerClient;
 
+use crate::cpu;
+
 /// Every bench account starts with this much: no Charge of a run can exhaust it.
 const OPENING_BALANCE: i64 = 1_000_000_000_000_000;
 /// Workers per HTTP/2 connection.
@@ -99,6 +101,10 @@ pub struct BenchArgs {
     /// Check the journal and balances afterwards in this database
     #[arg(long, env = "LEDGER_BENCH_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+    /// Report this process's CPU time per measured call, over the measured
+    /// calls only (NAME=PID; repeatable). The bench's own is always reported.
+    #[arg(long = "cpu-of", value_name = "NAME=PID")]
+    pub cpu_of: Vec<cpu::Watched>,
 }
 
 /// What one operation of a worker does.
@@ -200,6 +206,12 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let stop_at = started + args.warmup + args.duration;
     let measure_from = started + args.warmup;
+    let mut watched = args.cpu_of.clone();
+    watched.push(cpu::Watched {
+        name: "bench".to_owned(),
+        pid: None,
+    });
+    let cpu = tokio::spawn(cpu::over(watched, measure_from, stop_at));
     let groups = match args.scenario {
         Scenario::Storm => (args.concurrency / args.duplicates).max(1),
         Scenario::Idle => 0,
@@ -222,11 +234,12 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     for w in workers {
         tally.merge(w.await??)?;
     }
+    let cpu = cpu.await??;
     if let Some(follow) = &follow {
         follow.drain(watchers).await?;
     }
 
-    let report = Report::new(args, &tally, follow.as_deref());
+    let report = Report::new(args, &tally, follow.as_deref(), cpu);
     if args.json {
         say(&report.json());
     } else {
@@ -949,6 +962,9 @@ struct Report {
     watchers: u64,
     /// With watchers: the reply-to-arrival lag.
     lag: Option<Lag>,
+    /// CPU time per measured call of each process sampled, in ms, over the
+    /// measured calls (`--cpu-of`, and the bench itself).
+    cpu_ms_per_call: Vec<(String, f64)>,
 }
 
 /// Reply to arrival in watcher 0, over the entries of the measured calls.
@@ -964,7 +980,12 @@ impl Report {
         clippy::cast_precision_loss,
         reason = "counts and microseconds far below 2^52"
     )]
-    fn new(args: &BenchArgs, tally: &Tally, follow: Option<&Follow>) -> Self {
+    fn new(
+        args: &BenchArgs,
+        tally: &Tally,
+        follow: Option<&Follow>,
+        cpu: Vec<(String, Duration)>,
+    ) -> Self {
         let ms = |q: f64| tally.latency.value_at_quantile(q) as f64 / 1000.0;
         let lag = follow.map(|f| {
             let h = f
@@ -994,6 +1015,15 @@ impl Report {
             errors: tally.errors.clone(),
             watchers: args.watchers,
             lag,
+            cpu_ms_per_call: cpu
+                .into_iter()
+                .map(|(name, spent)| {
+                    (
+                        name,
+                        spent.as_secs_f64() * 1000.0 / tally.calls.max(1) as f64,
+                    )
+                })
+                .collect(),
         }
     }
 
@@ -1006,7 +1036,7 @@ impl Report {
         format!(
             "{{\"scenario\":\"{:?}\",\"concurrency\":{},\"accounts\":{},\"seconds\":{:.1},\"calls\":{},\
              \"calls_per_second\":{:.1},\"p50_ms\":{:.3},\"p95_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\
-             \"errors\":{{{}}},\"watchers\":{}{}}}",
+             \"errors\":{{{}}},\"watchers\":{},\"cpu_ms_per_call\":{{{}}}{}}}",
             self.scenario,
             self.concurrency,
             self.accounts,
@@ -1019,6 +1049,11 @@ impl Report {
             self.max_ms,
             errors.join(","),
             self.watchers,
+            self.cpu_ms_per_call
+                .iter()
+                .map(|(name, ms)| format!("\"{name}\":{ms:.4}"))
+                .collect::<Vec<_>>()
+                .join(","),
             self.lag.as_ref().map_or_else(String::new, |l| format!(
                 ",\"lag_entries\":{},\"lag_p50_ms\":{:.3},\"lag_p99_ms\":{:.3},\"lag_max_ms\":{:.3}",
                 l.entries, l.p50_ms, l.p99_ms, l.max_ms
@@ -1045,6 +1080,16 @@ impl std::fmt::Display for Report {
             self.p50_ms, self.p95_ms, self.p99_ms, self.max_ms
         )?;
         write!(f, "errors: {:?}", self.errors)?;
+        let cpu: Vec<String> = self
+            .cpu_ms_per_call
+            .iter()
+            .map(|(name, ms)| format!("{name} {ms:.3}"))
+            .collect();
+        write!(
+            f,
+            "\nCPU ms per call, over the measured calls: {}",
+            cpu.join("  ")
+        )?;
         if let Some(l) = &self.lag {
             write!(
                 f,

@@ -5,4 +5,5 @@
 //! tests do.
 
 pub mod bench;
+pub mod cpu;
 pub mod managed;
