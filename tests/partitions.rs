@@ -38,7 +38,7 @@ mod workload;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ledger::proto::pb;
@@ -50,12 +50,16 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tonic::Code;
 use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
 use workload::{Counters, Final, Mix, OPENING_BALANCE, Posted, run_clients, verify};
 
 const ACCOUNTS: usize = 10;
 /// The clients' accounts; the last two are the stale-read prober's alone.
 const CLIENT_ACCOUNTS: usize = 8;
 const CLIENTS: u64 = 8;
+/// The node (from 1) of the lone instance, given no other: its health must go
+/// NOT_SERVING while the node is cut off.
+const LONE_NODE: &str = "3";
 /// How long a cut or a dead node lasts before the nemesis heals it.
 const FAULT: Duration = Duration::from_secs(8);
 /// Each attempt's deadline, for the probers as for the clients.
@@ -170,21 +174,48 @@ impl Outages {
     }
 }
 
-/// One keyed transfer, sent until final through the instances in turn.
+/// The longest any prober's attempt took, in milliseconds.
+static LONGEST_ATTEMPT_MS: AtomicU64 = AtomicU64::new(0);
+
+/// One keyed transfer, sent until final through the instances in turn. Every
+/// attempt is answered within its deadline (and a generous margin). When every
+/// failed attempt said nothing was recorded, the success is the first to do the
+/// work, never a replay: an answer that says nothing was recorded must be true
+/// (SPEC 3.6), also for a call cut off with its node.
 async fn settle_transfer(
     channels: &[Channel],
     first: usize,
     request: pb::TransferRequest,
 ) -> Result<pb::TransferReply, tonic::Status> {
     let mut at = first;
+    let mut failures = Vec::new();
     loop {
         let mut call = tonic::Request::new(request.clone());
         call.set_timeout(CALL_DEADLINE);
-        match LedgerClient::new(channels[at % channels.len()].clone())
+        let sent = Instant::now();
+        let answer = LedgerClient::new(channels[at % channels.len()].clone())
             .transfer(call)
-            .await
-        {
-            Ok(reply) => return Ok(reply.into_inner()),
+            .await;
+        let took = sent.elapsed();
+        LONGEST_ATTEMPT_MS.fetch_max(u64::try_from(took.as_millis()).unwrap(), Ordering::Relaxed);
+        assert!(
+            took < CALL_DEADLINE + Duration::from_secs(5),
+            "{}: an attempt took {took:?}, past its deadline of {CALL_DEADLINE:?}",
+            request.idempotency_key
+        );
+        match answer {
+            Ok(reply) => {
+                let all_said_nothing = !failures.is_empty()
+                    && failures
+                        .iter()
+                        .all(|s: &tonic::Status| s.message().contains("nothing was recorded"));
+                assert!(
+                    !(all_said_nothing && support::replayed(reply.metadata())),
+                    "{}: replayed although every failed attempt said nothing was recorded: {failures:?}",
+                    request.idempotency_key
+                );
+                return Ok(reply.into_inner());
+            }
             Err(s) if matches!(s.code(), Code::FailedPrecondition | Code::NotFound) => {
                 return Err(s);
             }
@@ -201,6 +232,7 @@ async fn settle_transfer(
                     "{}: not a retryable answer: {s:?}",
                     request.idempotency_key
                 );
+                failures.push(s);
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 at += 1;
             }
@@ -343,6 +375,7 @@ async fn money_watch(db: Arc<TestDb>, nodes: Vec<String>, stop: Arc<AtomicBool>)
 /// what it did, and whether slow links had to be skipped.
 async fn nemesis(
     preferred: usize,
+    lone: SocketAddr,
     length: Duration,
     counters: Arc<Counters>,
 ) -> (Vec<Fault>, bool) {
@@ -384,8 +417,8 @@ async fn nemesis(
                     vec!["heal"],
                 ),
                 _ => (
-                    format!("partition node {node} from the others"),
-                    vec!["partition", &node],
+                    format!("partition node {LONE_NODE}, the lone instance's only node"),
+                    vec!["partition", LONE_NODE],
                     vec!["heal"],
                 ),
             };
@@ -399,8 +432,19 @@ async fn nemesis(
                 continue;
             }
             assert_eq!(code, Some(0), "nemesis: {what}");
-            tokio::time::sleep(FAULT).await;
+            if step == 5 {
+                // Within 30 s (a generous bound); how long it took is printed.
+                support::until_health(lone, ServingStatus::NotServing).await;
+                println!(
+                    "nemesis: {what}: the lone instance NOT_SERVING after {:.1} s",
+                    from.elapsed().as_secs_f64()
+                );
+            }
+            tokio::time::sleep(FAULT.saturating_sub(from.elapsed())).await;
             cluster(&heal).await;
+            if step == 5 {
+                support::until_health(lone, ServingStatus::Serving).await;
+            }
             let to = Instant::now();
             counters.disturbed.store(false, Ordering::Relaxed);
             println!(
@@ -415,8 +459,20 @@ async fn nemesis(
     (faults, no_netem)
 }
 
+/// Opens the bank's accounts, each with the same balance.
+async fn open_bank(channel: &Channel) -> Vec<u64> {
+    let mut client = LedgerClient::new(channel.clone());
+    let mut accounts = Vec::new();
+    for n in 1..=ACCOUNTS {
+        let id = support::open_funded(&mut client, &n.to_string(), "USD", OPENING_BALANCE).await;
+        accounts.push(id);
+    }
+    accounts
+}
+
 /// Two `ledger serve` instances routed by account, instance `i` given every node
-/// starting with node `i`.
+/// starting with node `i`, and their channels; then a lone instance given only
+/// node [`LONE_NODE`], last.
 async fn instances(db: &TestDb, nodes: &[String]) -> (Vec<LedgerProcess>, Vec<Channel>) {
     TestApp::spawn(db).await; // migrates through node 1, then stops
     let mut processes = Vec::new();
@@ -429,6 +485,10 @@ async fn instances(db: &TestDb, nodes: &[String]) -> (Vec<LedgerProcess>, Vec<Ch
         processes.push(LedgerProcess::serve_urls(&urls, addr, &SERVE_ARGS).await);
     }
     let channels = processes.iter().map(LedgerProcess::channel).collect();
+    let lone: usize = LONE_NODE.parse().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let url = db.url_on(&nodes[lone - 1]);
+    processes.push(LedgerProcess::serve_urls(&url, addr, &SERVE_ARGS).await);
     (processes, channels)
 }
 
@@ -441,13 +501,9 @@ async fn a_bank_under_partitions_loses_nothing() {
         nodes[0].clone(),
         engine().causal_reads(),
     ));
-    let (_instances, channels) = instances(&db, &nodes).await;
-    let mut client = LedgerClient::new(channels[0].clone());
-    let mut accounts = Vec::new();
-    for n in 1..=ACCOUNTS {
-        let id = support::open_funded(&mut client, &n.to_string(), "USD", OPENING_BALANCE).await;
-        accounts.push(id);
-    }
+    let (instances, channels) = instances(&db, &nodes).await;
+    let lone = instances.last().unwrap().addr;
+    let accounts = open_bank(&channels[0]).await;
     let mut finals = BTreeMap::new();
     let follower = support::follow::Follower::start(channels.clone(), 500);
 
@@ -495,7 +551,7 @@ async fn a_bank_under_partitions_loses_nothing() {
         .ok()
         .and_then(|s| s.parse().ok())
         .map_or(Duration::from_secs(60), Duration::from_secs);
-    let (faults, no_netem) = nemesis(0, length, counters.clone()).await;
+    let (faults, no_netem) = nemesis(0, lone, length, counters.clone()).await;
     let ops_at_heal = counters.ops.load(Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
@@ -579,6 +635,11 @@ async fn report(
             took.as_secs_f64()
         );
     }
+    println!(
+        "partitions ({:?}): the longest attempt took {} ms (deadline {CALL_DEADLINE:?})",
+        engine(),
+        LONGEST_ATTEMPT_MS.load(Ordering::Relaxed)
+    );
     println!(
         "partitions ({:?}): money constant in {snapshots} snapshots ({snapshots_failed} reads of a cut-off or dead node not answered){}",
         engine(),
