@@ -44,10 +44,8 @@ pub async fn watch_database(db: Persistence, reporter: HealthReporter, stop: Can
             () = stop.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let (answer, members) = tokio::join!(
-            answers(&pool),
-            membership.check(db.keyed(), CHECK_INTERVAL)
-        );
+        let (answer, members) =
+            tokio::join!(answers(&pool), membership.check(db.keyed(), CHECK_INTERVAL));
         let now_up = answer && members && keyed_reach_any(db.keyed()).await;
         let state = pool.state();
         metrics::pool(
@@ -61,9 +59,7 @@ pub async fn watch_database(db: Persistence, reporter: HealthReporter, stop: Can
                 tracing::info!("database answers again: SERVING");
                 set_all(&reporter, ServingStatus::Serving).await;
             } else {
-                tracing::warn!(
-                    "database does not answer, or no node takes writes: NOT_SERVING"
-                );
+                tracing::warn!("database does not answer, or no node takes writes: NOT_SERVING");
                 set_all(&reporter, ServingStatus::NotServing).await;
             }
         }

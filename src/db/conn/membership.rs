@@ -25,18 +25,16 @@ impl Watch {
     /// Whether the node takes writes, within `limit`; no answer is "no", and
     /// the connection is dropped so the next check opens a new one.
     async fn takes_writes(&mut self, limit: Duration) -> bool {
-        let check = async {
-            let (conn, engine) = match self.conn.take() {
-                Some(watched) => watched,
-                None => {
-                    let mut conn = connection::connect(&self.url).await.ok()?;
-                    let engine = cluster::engine(&mut conn).await.ok()?;
-                    (conn, engine)
-                }
-            };
+        let watched = self.conn.take();
+        let open = async {
+            if let Some(watched) = watched {
+                return Some(watched);
+            }
+            let mut conn = connection::connect(&self.url).await.ok()?;
+            let engine = cluster::engine(&mut conn).await.ok()?;
             Some((conn, engine))
         };
-        let Ok(Some((mut conn, engine))) = tokio::time::timeout(limit, check).await else {
+        let Ok(Some((mut conn, engine))) = tokio::time::timeout(limit, open).await else {
             return false;
         };
         match tokio::time::timeout(limit, cluster::takes_writes(&mut conn, engine)).await {
