@@ -22,23 +22,25 @@ struct Watch {
 }
 
 impl Watch {
-    /// Whether the node takes writes, within `limit`; no answer is "no", and
-    /// the connection is dropped so the next check opens a new one.
+    /// Whether the node takes writes, asked within `limit` (opening a connection
+    /// first if there is none); no answer is "no", and the connection is dropped
+    /// so the next check opens a new one.
     async fn takes_writes(&mut self, limit: Duration) -> bool {
         let watched = self.conn.take();
-        let open = async {
-            if let Some(watched) = watched {
-                return Some(watched);
-            }
-            let mut conn = connection::connect(&self.url).await.ok()?;
-            let engine = cluster::engine(&mut conn).await.ok()?;
-            Some((conn, engine))
+        let url = &self.url;
+        let check = async move {
+            let (mut conn, engine) = if let Some(watched) = watched {
+                watched
+            } else {
+                let mut conn = connection::connect(url).await.ok()?;
+                let engine = cluster::engine(&mut conn).await.ok()?;
+                (conn, engine)
+            };
+            let takes = cluster::takes_writes(&mut conn, engine).await.ok()?;
+            Some((conn, engine, takes))
         };
-        let Ok(Some((mut conn, engine))) = tokio::time::timeout(limit, open).await else {
-            return false;
-        };
-        match tokio::time::timeout(limit, cluster::takes_writes(&mut conn, engine)).await {
-            Ok(Ok(takes)) => {
+        match tokio::time::timeout(limit, check).await {
+            Ok(Some((conn, engine, takes))) => {
                 self.conn = Some((conn, engine));
                 takes
             }
