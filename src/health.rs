@@ -1,7 +1,11 @@
 //! The gRPC health status follows the database: `ledger.v1.Ledger` and the
 //! overall service ("") are SERVING only while the database answers plain reads
 //! and keyed transactions reach it (a statement of a keyed transaction that went
-//! unanswered makes the keyed pool silent until a connection answers again).
+//! unanswered makes the keyed pool silent until a connection answers again), and
+//! some node of the keyed pools is in its cluster's primary component
+//! (`db::conn::membership`; on a single server, always). Each check also tells
+//! the routing which nodes are outside it, so their accounts move within one
+//! interval of a node being cut off.
 
 use std::time::Duration;
 
@@ -10,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
+use crate::db::conn::membership::Membership;
 use crate::db::{Nodes, Persistence, Pool};
 use crate::telemetry::metrics;
 
@@ -30,6 +35,7 @@ pub async fn set_all(reporter: &HealthReporter, status: ServingStatus) {
 /// and refreshes the pool gauges.
 pub async fn watch_database(db: Persistence, reporter: HealthReporter, stop: CancellationToken) {
     let pool = db.reads().clone();
+    let mut membership = Membership::new(db.keyed());
     let mut up = true;
     let mut ticks = tokio::time::interval(CHECK_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -38,7 +44,9 @@ pub async fn watch_database(db: Persistence, reporter: HealthReporter, stop: Can
             () = stop.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let now_up = answers(&pool).await && keyed_reach_any(db.keyed()).await;
+        let (answer, members) =
+            tokio::join!(answers(&pool), membership.check(db.keyed(), CHECK_INTERVAL));
+        let now_up = answer && members && keyed_reach_any(db.keyed()).await;
         let state = pool.state();
         metrics::pool(
             state.idle_connections,
@@ -51,7 +59,7 @@ pub async fn watch_database(db: Persistence, reporter: HealthReporter, stop: Can
                 tracing::info!("database answers again: SERVING");
                 set_all(&reporter, ServingStatus::Serving).await;
             } else {
-                tracing::warn!("database does not answer: NOT_SERVING");
+                tracing::warn!("database does not answer, or no node takes writes: NOT_SERVING");
                 set_all(&reporter, ServingStatus::NotServing).await;
             }
         }

@@ -42,7 +42,7 @@ use rand::{RngExt as _, SeedableRng as _};
 use support::{LedgerProcess, TestDb, free_port};
 use tokio::sync::Mutex;
 use tonic::transport::Channel;
-use workload::{Counters, open_accounts, run_clients, verify};
+use workload::{Counters, Mix, open_accounts, run_clients, verify};
 
 const INSTANCES: usize = 3;
 const CLIENTS: u64 = 12;
@@ -94,7 +94,16 @@ async fn money_is_neither_created_nor_lost_under_faults() {
 
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let clients = run_clients(seed, CLIENTS, &channels, &accounts, &counters, &stop).await;
+    let clients = run_clients(
+        Mix::All,
+        seed,
+        CLIENTS,
+        &channels,
+        &accounts,
+        &counters,
+        &stop,
+    )
+    .await;
     let faults = inject_faults(seed, secs, &db, &addrs, &mut instances, &server).await;
     stop.store(true, Ordering::Relaxed);
     let finals = clients.await.unwrap();

@@ -42,7 +42,7 @@ use tonic::Code;
 use tonic::metadata::MetadataMap;
 use tonic::transport::Channel;
 use tonic_types::StatusExt as _;
-use workload::{Counters, open_accounts, run_clients, verify};
+use workload::{Counters, Mix, open_accounts, run_clients, verify};
 
 /// The engine of the cluster under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -595,7 +595,7 @@ async fn losing_a_node_under_load_loses_nothing() {
     println!("node loss: seed {seed}");
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let clients = run_clients(seed, 9, &channels, &accounts, &counters, &stop).await;
+    let clients = run_clients(Mix::All, seed, 9, &channels, &accounts, &counters, &stop).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let before_kill = counters.ops.load(Ordering::Relaxed);
     assert!(before_kill > 0, "the clients are under way");
@@ -644,7 +644,16 @@ async fn a_watcher_on_a_third_node_sees_every_entry_once_across_a_node_loss() {
     println!("stream on a cluster: seed {seed}");
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let clients = run_clients(seed, 6, &channels[..2], &accounts, &counters, &stop).await;
+    let clients = run_clients(
+        Mix::All,
+        seed,
+        6,
+        &channels[..2],
+        &accounts,
+        &counters,
+        &stop,
+    )
+    .await;
     follower.until_seen(200).await;
     cluster(&["kill", "2"]);
     let before_kill = follower.seen().await;
@@ -1074,7 +1083,7 @@ async fn routed_by_account_losing_a_node_under_load_loses_nothing() {
     println!("node loss, routed by account: seed {seed}");
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let clients = run_clients(seed, 9, &channels, &accounts, &counters, &stop).await;
+    let clients = run_clients(Mix::All, seed, 9, &channels, &accounts, &counters, &stop).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(
         counters.ops.load(Ordering::Relaxed) > 0,

@@ -14,6 +14,7 @@ const LOCK_WAIT_TIMEOUTS: &str = "ledger_lock_wait_timeouts_total";
 const RETRIES: &str = "ledger_transaction_retries_total";
 const POOL_CONNECTIONS: &str = "ledger_db_pool_connections";
 const DB_UP: &str = "ledger_db_up";
+const NODE_TAKES_WRITES: &str = "ledger_node_takes_writes";
 const BATCH_CALLS: &str = "ledger_batch_calls";
 const BATCH_SPLITS: &str = "ledger_batch_splits_total";
 const BATCH_WAITING: &str = "ledger_batch_waiting_calls";
@@ -76,6 +77,10 @@ fn describe() {
     describe_counter!(RETRIES, "transactions retried whole, by reason");
     describe_gauge!(POOL_CONNECTIONS, "database pool connections, by state");
     describe_gauge!(DB_UP, "1 while the database answers the health check");
+    describe_gauge!(
+        NODE_TAKES_WRITES,
+        "1 while a node is in its cluster's primary component (the health check), by node"
+    );
     describe_histogram!(
         BATCH_CALLS,
         "keyed calls served by one group-commit transaction"
@@ -196,6 +201,10 @@ pub fn stream_assigner(held: bool) {
 
 pub fn database_up(up: bool) {
     gauge!(DB_UP).set(if up { 1.0 } else { 0.0 });
+}
+
+pub fn node_takes_writes(node: &str, takes: bool) {
+    gauge!(NODE_TAKES_WRITES, "node" => node.to_owned()).set(if takes { 1.0 } else { 0.0 });
 }
 
 /// The canonical upper-case name of a code, as gRPC documents them.

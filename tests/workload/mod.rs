@@ -1,6 +1,7 @@
 //! The clients of the chaos and cluster suites: a seeded stream of operations
 //! over a few accounts (Credits, Charges, Transfers, Refunds of the client's own
-//! charges, and holds placed then captured or voided), each with its own key,
+//! charges, and holds placed then captured or voided; or, for the partitions'
+//! bank test, only Transfers and Posts, which keep the money), each with its own key,
 //! retried with the same key until it gets a final answer, some sent to several
 //! instances at once; and the check that the ledger agrees with what they saw.
 
@@ -35,6 +36,20 @@ pub struct Counters {
     pub refunds: AtomicU64,
     /// Holds placed, captured or voided.
     pub holds: AtomicU64,
+    /// Set while a fault is in force (a partition, a node down): the attempts
+    /// made meanwhile, and those that got a final answer, are counted apart.
+    pub disturbed: AtomicBool,
+    pub attempts_disturbed: AtomicU64,
+    pub answered_disturbed: AtomicU64,
+}
+
+/// What the clients send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mix {
+    /// Every kind of operation; credits and charges change the money held.
+    All,
+    /// Transfers and Posts only: the money held stays what the accounts opened with.
+    Moves,
 }
 
 /// One entry an operation wrote, as its reply named it.
@@ -89,9 +104,10 @@ impl Counters {
     }
 }
 
-/// Runs `clients` seeded clients over `channels` until `stop`; returns every key's
-/// final answer.
+/// Runs `clients` seeded clients sending what `mix` says over `channels` until
+/// `stop`; returns every key's final answer.
 pub async fn run_clients(
+    mix: Mix,
     seed: u64,
     clients: u64,
     channels: &[Channel],
@@ -103,6 +119,7 @@ pub async fn run_clients(
     let tasks: Vec<_> = (0..clients)
         .map(|c| {
             tokio::spawn(client(
+                mix,
                 seed ^ (c + 1),
                 c,
                 channels.to_vec(),
@@ -144,6 +161,7 @@ struct Memory {
 
 /// One client: a seeded stream of operations, each retried until final.
 async fn client(
+    mix: Mix,
     seed: u64,
     id: u64,
     channels: Vec<Channel>,
@@ -158,7 +176,10 @@ async fn client(
     while !stop.load(Ordering::Relaxed) {
         n += 1;
         let key = format!("c{id}-{n}");
-        let request = next_request(&mut rng, &key, &accounts, &mut memory);
+        let request = match mix {
+            Mix::All => next_request(&mut rng, &key, &accounts, &mut memory),
+            Mix::Moves => next_move(&mut rng, &key, &accounts),
+        };
         let copies = if rng.random_bool(0.15) {
             rng.random_range(2..=3)
         } else {
@@ -252,6 +273,28 @@ fn next_request(rng: &mut StdRng, key: &str, accounts: &[u64], memory: &mut Memo
     }
 }
 
+/// The next operation of [`Mix::Moves`]: a transfer, or a post of 1 to 5 legs.
+fn next_move(rng: &mut StdRng, key: &str, accounts: &[u64]) -> Request {
+    let from = accounts[rng.random_range(0..accounts.len())];
+    if rng.random_bool(0.6) {
+        let to = other_than(rng, accounts, from);
+        return Request::Transfer(support::transfer(
+            key,
+            from,
+            to,
+            rng.random_range(1..=400_i64),
+        ));
+    }
+    let legs = (0..rng.random_range(1..=5))
+        .map(|_| {
+            let from = accounts[rng.random_range(0..accounts.len())];
+            let to = other_than(rng, accounts, from);
+            support::leg(from, to, rng.random_range(1..=400_i64))
+        })
+        .collect();
+    Request::Post(support::post(key, legs))
+}
+
 /// An account other than `account`.
 fn other_than(rng: &mut StdRng, accounts: &[u64], account: u64) -> u64 {
     let at = accounts.iter().position(|a| *a == account).unwrap_or(0);
@@ -291,7 +334,19 @@ async fn settle(
     let mut channel = first;
     let mut next = 0;
     loop {
-        match send(channel.clone(), &request).await {
+        let disturbed = counters.disturbed.load(Ordering::Relaxed);
+        let sent = send(channel.clone(), &request).await;
+        if disturbed {
+            counters.attempts_disturbed.fetch_add(1, Ordering::Relaxed);
+            let final_ = sent.as_ref().map_or_else(
+                |s| matches!(s.code(), Code::FailedPrecondition | Code::NotFound),
+                |_| true,
+            );
+            if final_ {
+                counters.answered_disturbed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        match sent {
             Ok(answer) => return answer,
             Err(status) if matches!(status.code(), Code::FailedPrecondition | Code::NotFound) => {
                 assert!(

@@ -96,6 +96,50 @@ pub async fn make_causal(conn: &mut Conn) -> diesel::QueryResult<Engine> {
     Ok(engine)
 }
 
+/// Whether the node behind `conn` can take writes its cluster keeps, as it sees
+/// its cluster now: a Galera node that is ready and in the primary component;
+/// a Group Replication member that is ONLINE and sees a majority of the group's
+/// members ONLINE. A node cut off from the others fails this within seconds,
+/// while it still accepts connections (Galera: non-primary, refusing statements
+/// with 1047; Group Replication: a minority member whose writes wait for a
+/// majority). Both reads answer on such a node at once: `SHOW STATUS` and
+/// performance_schema are exempt from causal waits and from 1047.
+pub async fn takes_writes(conn: &mut Conn, engine: Engine) -> diesel::QueryResult<bool> {
+    match engine {
+        Engine::Single => Ok(true),
+        Engine::Galera => {
+            let status: Vec<Variable> = diesel::sql_query(
+                "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_cluster_status')",
+            )
+            .load(conn)
+            .await?;
+            let is = |name: &str, want: &str| {
+                status
+                    .iter()
+                    .any(|v| v.name == name && v.value.eq_ignore_ascii_case(want))
+            };
+            Ok(is("wsrep_ready", "ON") && is("wsrep_cluster_status", "Primary"))
+        }
+        Engine::GroupReplication => {
+            #[derive(QueryableByName)]
+            struct Members {
+                #[diesel(sql_type = diesel::sql_types::BigInt)]
+                online: i64,
+                #[diesel(sql_type = diesel::sql_types::BigInt)]
+                total: i64,
+                #[diesel(sql_type = diesel::sql_types::BigInt)]
+                me_online: i64,
+            }
+            let seen: Members = diesel::sql_query(
+                "SELECT CAST(SUM(MEMBER_STATE = 'ONLINE') AS SIGNED) AS online,                  CAST(COUNT(*) AS SIGNED) AS total,                  CAST(SUM(MEMBER_ID = @@server_uuid AND MEMBER_STATE = 'ONLINE') AS SIGNED)                  AS me_online                  FROM performance_schema.replication_group_members",
+            )
+            .get_result(conn)
+            .await?;
+            Ok(seen.me_online == 1 && 2 * seen.online > seen.total)
+        }
+    }
+}
+
 /// Why a session on a cluster node may not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum NotCausal {

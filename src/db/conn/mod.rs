@@ -9,6 +9,8 @@
 //! - `cluster`: which engine a connection reached, and the causal reads a
 //!   multi-primary node needs for keyed transactions and migrations.
 //! - `route`: which node of a cluster a keyed transaction goes to.
+//! - `membership`: whether each node is in its cluster's primary component, asked
+//!   by the health check; the routing passes over a node that is not.
 //! - `lease`: a connection for one call, within its deadline and lock wait.
 //! - `tx`: one transaction, every round trip of it bounded; one plain read.
 //! - `failure`: classification of failed statements by MySQL error code.
@@ -18,6 +20,7 @@ pub mod cluster;
 pub mod connection;
 pub(crate) mod failure;
 pub(crate) mod lease;
+pub mod membership;
 pub mod pool;
 pub mod route;
 pub mod self_check;

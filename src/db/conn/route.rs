@@ -15,6 +15,7 @@
 //! `host:port` as written in the URL (instances must name the nodes alike; their
 //! order does not matter) and SHA-256, whose output no build or platform changes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,9 +112,15 @@ async fn lowest_account(needs: &Needs, reads: &Pool) -> Option<u64> {
 pub struct Node {
     /// `host:port`, the node's name in the hash.
     name: String,
+    /// The URLs of the pool (one per node when routed by account), which the
+    /// health check watches (`db::conn::membership`).
+    urls: Vec<String>,
     pool: Pool,
     /// Until when the node is passed over (it failed).
     passed_over_until: Mutex<Option<Instant>>,
+    /// The last health check found the node outside its cluster's primary
+    /// component (cut off, or not a member): passed over until one finds it back.
+    outside: AtomicBool,
 }
 
 impl Node {
@@ -121,7 +128,18 @@ impl Node {
         &self.pool
     }
 
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
     fn passed_over(&self, now: Instant) -> bool {
+        if AtomicBool::load(&self.outside, Ordering::Acquire) {
+            return true;
+        }
         let until = self.passed_over_until.lock().map_or(None, |u| *u);
         until.is_some_and(|until| now < until)
     }
@@ -153,8 +171,10 @@ impl Nodes {
     ) -> Self {
         let node = |urls: &[String]| Node {
             name: urls.first().map_or_else(String::new, |u| host_port(u)),
+            urls: urls.to_vec(),
             pool: pool::build(urls, settings, role, session),
             passed_over_until: Mutex::new(None),
+            outside: AtomicBool::new(false),
         };
         let nodes = if routing == Routing::First || urls.len() < 2 {
             vec![node(urls)]
@@ -229,6 +249,23 @@ impl Nodes {
         }
         if let Ok(mut until) = node.passed_over_until.lock() {
             *until = Some(now + PASS_OVER);
+        }
+    }
+
+    /// What the health check found of `node`: whether it can take writes its
+    /// cluster keeps. A node that cannot is passed over until one finds it can;
+    /// with a single pool there is nothing else to go to.
+    pub fn set_takes_writes(&self, node: &Node, takes_writes: bool) {
+        if self.nodes.len() < 2 {
+            return;
+        }
+        let was_outside = node.outside.swap(!takes_writes, Ordering::AcqRel);
+        if was_outside == takes_writes {
+            if takes_writes {
+                tracing::info!(node = %node.name, "node back in its cluster's primary component; its accounts come back");
+            } else {
+                tracing::warn!(node = %node.name, "node outside its cluster's primary component; its accounts move to their next node");
+            }
         }
     }
 
@@ -340,5 +377,20 @@ mod tests {
                 assert_eq!(now, was);
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_node_outside_the_primary_component_is_passed_over_until_it_is_back() {
+        let nodes = nodes(&["10.0.0.1:3306", "10.0.0.2:3306", "10.0.0.3:3306"]);
+        let cut = nodes.iter().nth(2).unwrap();
+        let route = (1..=100)
+            .map(|a| Route::of(&needs(&[a]), &key("k")))
+            .find(|r| nodes.choose(r).name == cut.name)
+            .unwrap();
+        nodes.set_takes_writes(cut, false);
+        assert_ne!(nodes.choose(&route).name, cut.name);
+        assert_ne!(nodes.choose_any().name, cut.name);
+        nodes.set_takes_writes(cut, true);
+        assert_eq!(nodes.choose(&route).name, cut.name);
     }
 }
