@@ -47,7 +47,7 @@ use tonic::transport::{Channel, Endpoint};
 use ledger_proto::pb;
 use ledger_proto::pb::ledger_client::LedgerClient;
 
-use crate::cpu;
+use crate::{cpu, status};
 
 /// Every bench account starts with this much: no Charge of a run can exhaust it.
 const OPENING_BALANCE: i64 = 1_000_000_000_000_000;
@@ -105,6 +105,11 @@ pub struct BenchArgs {
     /// calls only (NAME=PID; repeatable). The bench's own is always reported.
     #[arg(long = "cpu-of", value_name = "NAME=PID")]
     pub cpu_of: Vec<cpu::Watched>,
+    /// Report the database server's statement, handler and row counters per
+    /// measured call (`SHOW GLOBAL STATUS` over the measured calls; needs
+    /// --database-url, and counts whatever else that server runs meanwhile)
+    #[arg(long, requires = "database_url")]
+    pub status: bool,
 }
 
 /// What one operation of a worker does.
@@ -206,12 +211,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let stop_at = started + args.warmup + args.duration;
     let measure_from = started + args.warmup;
-    let mut watched = args.cpu_of.clone();
-    watched.push(cpu::Watched {
-        name: "bench".to_owned(),
-        pid: None,
-    });
-    let cpu = tokio::spawn(cpu::over(watched, measure_from, stop_at));
+    let samplers = Samplers::start(args, measure_from, stop_at);
     let groups = match args.scenario {
         Scenario::Storm => (args.concurrency / args.duplicates).max(1),
         Scenario::Idle => 0,
@@ -234,12 +234,12 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     for w in workers {
         tally.merge(w.await??)?;
     }
-    let cpu = cpu.await??;
+    let (cpu, counters) = samplers.finish().await?;
     if let Some(follow) = &follow {
         follow.drain(watchers).await?;
     }
 
-    let report = Report::new(args, &tally, follow.as_deref(), cpu);
+    let report = Report::new(args, &tally, follow.as_deref(), cpu, &counters);
     if args.json {
         say(&report.json());
     } else {
@@ -735,6 +735,40 @@ fn choose(plan: &Plan) -> anyhow::Result<(Op, u64)> {
     })
 }
 
+/// What is sampled over the measured calls: CPU times, and the database's
+/// counters with `--status`.
+struct Samplers {
+    cpu: tokio::task::JoinHandle<anyhow::Result<Vec<(String, Duration)>>>,
+    counters: Option<tokio::task::JoinHandle<anyhow::Result<BTreeMap<String, u64>>>>,
+}
+
+impl Samplers {
+    fn start(args: &BenchArgs, from: Instant, to: Instant) -> Self {
+        let mut watched = args.cpu_of.clone();
+        watched.push(cpu::Watched {
+            name: "bench".to_owned(),
+            pid: None,
+        });
+        let counters = match (&args.database_url, args.status) {
+            (Some(url), true) => Some(tokio::spawn(status::over(url.clone(), from, to))),
+            _ => None,
+        };
+        Self {
+            cpu: tokio::spawn(cpu::over(watched, from, to)),
+            counters,
+        }
+    }
+
+    async fn finish(self) -> anyhow::Result<(Vec<(String, Duration)>, BTreeMap<String, u64>)> {
+        let cpu = self.cpu.await??;
+        let counters = match self.counters {
+            Some(counters) => counters.await??,
+            None => BTreeMap::new(),
+        };
+        Ok((cpu, counters))
+    }
+}
+
 /// An account other than `not` (itself when it is the only one).
 fn pick_other(accounts: &[u64], not: u64) -> anyhow::Result<u64> {
     for _ in 0..64 {
@@ -965,6 +999,8 @@ struct Report {
     /// CPU time per measured call of each process sampled, in ms, over the
     /// measured calls (`--cpu-of`, and the bench itself).
     cpu_ms_per_call: Vec<(String, f64)>,
+    /// With `--status`: the database's counters that moved, per measured call.
+    status_per_call: Vec<(String, f64)>,
 }
 
 /// Reply to arrival in watcher 0, over the entries of the measured calls.
@@ -985,6 +1021,7 @@ impl Report {
         tally: &Tally,
         follow: Option<&Follow>,
         cpu: Vec<(String, Duration)>,
+        counters: &BTreeMap<String, u64>,
     ) -> Self {
         let ms = |q: f64| tally.latency.value_at_quantile(q) as f64 / 1000.0;
         let lag = follow.map(|f| {
@@ -1024,6 +1061,10 @@ impl Report {
                     )
                 })
                 .collect(),
+            status_per_call: counters
+                .iter()
+                .map(|(name, n)| (name.clone(), *n as f64 / tally.calls.max(1) as f64))
+                .collect(),
         }
     }
 
@@ -1036,7 +1077,7 @@ impl Report {
         format!(
             "{{\"scenario\":\"{:?}\",\"concurrency\":{},\"accounts\":{},\"seconds\":{:.1},\"calls\":{},\
              \"calls_per_second\":{:.1},\"p50_ms\":{:.3},\"p95_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\
-             \"errors\":{{{}}},\"watchers\":{},\"cpu_ms_per_call\":{{{}}}{}}}",
+             \"errors\":{{{}}},\"watchers\":{},\"cpu_ms_per_call\":{{{}}},\"status_per_call\":{{{}}}{}}}",
             self.scenario,
             self.concurrency,
             self.accounts,
@@ -1052,6 +1093,11 @@ impl Report {
             self.cpu_ms_per_call
                 .iter()
                 .map(|(name, ms)| format!("\"{name}\":{ms:.4}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            self.status_per_call
+                .iter()
+                .map(|(name, n)| format!("\"{name}\":{n:.3}"))
                 .collect::<Vec<_>>()
                 .join(","),
             self.lag.as_ref().map_or_else(String::new, |l| format!(
@@ -1090,6 +1136,14 @@ impl std::fmt::Display for Report {
             "\nCPU ms per call, over the measured calls: {}",
             cpu.join("  ")
         )?;
+        if !self.status_per_call.is_empty() {
+            let counters: Vec<String> = self
+                .status_per_call
+                .iter()
+                .map(|(name, n)| format!("{name} {n:.2}"))
+                .collect();
+            write!(f, "\ndatabase counters per call: {}", counters.join("  "))?;
+        }
         if let Some(l) = &self.lag {
             write!(
                 f,

@@ -7,3 +7,4 @@
 pub mod bench;
 pub mod cpu;
 pub mod managed;
+pub mod status;
