@@ -1,4 +1,5 @@
-# Sourced by the benchmark scripts: builds the release binary and starts
+# Sourced by the benchmark scripts: builds the release binary (or takes the one
+# LEDGER_BIN names) and starts
 # `ledger serve` without a database URL, so it runs a private, freshly initialized
 # MariaDB/MySQL in a temporary directory; stops both when the script exits.
 #
@@ -6,8 +7,12 @@
 # if any. Sets: bin, work, port, target, server (its PID), db_url, db_port,
 # db_name, flavor; and the function wait_serving.
 
-cargo build --release --locked -q
-bin=${CARGO_TARGET_DIR:-target}/release/ledger
+if [ -n "${LEDGER_BIN:-}" ]; then
+  bin=$LEDGER_BIN
+else
+  cargo build --release --locked -q
+  bin=${CARGO_TARGET_DIR:-target}/release/ledger
+fi
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 target=http://127.0.0.1:$port

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Two builds of the service, A/B on one database server, alternated round by round:
+# what one change does to throughput and to CPU per call, with the spread.
+#
+#   scripts/binary-ab.sh BEFORE AFTER     two `ledger` binaries (e.g. one built from
+#                                         the commit before a change, one after)
+#
+# One private MariaDB/MySQL (scripts/lib/private-serve.sh, started by BEFORE) serves
+# both, each on a database of its own (its migrations applied by its own binary;
+# each one's change-stream assigner numbers only its own entries). Each round runs
+# every scenario against both, the order alternating from round to round, with
+# `ledger bench --cpu-of`: the service's, the database server's and the load
+# generator's CPU per measured call, over the measured calls only.
+#
+# Environment: SCENARIOS ("unique hot-merchant transfer post"), ROUNDS (3), SECS
+# (10), CONCURRENCY (16), ACCOUNTS (10000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+[ $# -eq 2 ] || { echo "usage: scripts/binary-ab.sh BEFORE-BINARY AFTER-BINARY" >&2; exit 2; }
+before_bin=$(realpath "$1")
+after_bin=$(realpath "$2")
+rounds=${ROUNDS:-3}
+secs=${SECS:-10}
+conc=${CONCURRENCY:-16}
+accounts=${ACCOUNTS:-10000}
+scenarios=${SCENARIOS:-unique hot-merchant transfer post}
+
+fail() { echo "binary-ab: $*" >&2; exit 1; }
+log() { printf '== %s\n' "$*" >&2; }
+
+serve_args=()
+LEDGER_BIN=$before_bin
+# shellcheck source=scripts/lib/private-serve.sh
+. scripts/lib/private-serve.sh
+db_pid=$(pgrep -P "$server" | head -1)
+[ -n "$db_pid" ] || fail "no database server under ledger serve"
+
+after_url=${db_url%/*}/ledger_ab_after
+"$after_bin" migrate --database-url "$after_url" >/dev/null
+after_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+RUST_LOG=warn "$after_bin" serve --listen "127.0.0.1:$after_port" --database-url "$after_url" \
+  --pool-size 32 >"$work/after.log" 2>&1 &
+after_server=$!
+trap 'kill $server $after_server 2>/dev/null; wait $server $after_server 2>/dev/null; rm -rf "$work"' EXIT
+wait_serving "$after_port" "$after_server" "$work/after.log"
+
+results=$work/results.jsonl
+measure() { # round side scenario
+  local round=$1 side=$2 name=$3 url=$target database=$db_url pid=$server
+  [ "$side" = after ] && { url=http://127.0.0.1:$after_port; database=$after_url; pid=$after_server; }
+  local line
+  # The same load generator for both sides: AFTER's (`--cpu-of` is newer than some builds).
+  line=$("$after_bin" bench --target "$url" --concurrency "$conc" --accounts "$accounts" --duration "${secs}s" \
+           --warmup 2s --json --database-url "$database" --scenario "$name" \
+           --cpu-of "service=$pid" --cpu-of "database=$db_pid") || fail "$side $name failed"
+  python3 - "$line" "$round" "$side" "$name" >>"$results" <<'PY' || fail "$side $name: $line"
+import json, sys
+line = json.loads(sys.argv[1])
+if line["errors"]:
+    sys.exit(1)
+line.update(round=int(sys.argv[2]), side=sys.argv[3], name=sys.argv[4])
+print(json.dumps(line))
+PY
+}
+
+for round in $(seq 1 "$rounds"); do
+  order="before after"; [ $((round % 2)) = 0 ] && order="after before"
+  log "round $round of $rounds ($order)"
+  for name in $scenarios; do
+    for side in $order; do measure "$round" "$side" "$name"; done
+  done
+done
+
+python3 - "$results" "$rounds" "$flavor" "$conc" "$accounts" "$scenarios" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rounds, flavor, conc, accounts, scenarios = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6].split()
+get = {(r["round"], r["side"], r["name"]): r for r in rows}
+R = range(1, rounds + 1)
+def spread(values, fmt):
+    values = sorted(values)
+    return f"{fmt(statistics.median(values))} ({fmt(values[0])}-{fmt(values[-1])})"
+def cpu(r):
+    c = r["cpu_ms_per_call"]
+    return c["service"], c["database"], c["bench"], c["service"] + c["database"] + c["bench"]
+print(f"{flavor}, concurrency {conc}, {accounts} accounts, {rounds} rounds; median (min-max)\n")
+print(f"{'':<34} {'before':>26} {'after':>26} {'after / before':>24}")
+for name in scenarios:
+    b = [get[(r, "before", name)] for r in R]
+    a = [get[(r, "after", name)] for r in R]
+    rate = lambda x: f"{x:,.0f}"
+    x = lambda v: f"{v:.2f}x"
+    ms = lambda v: f"{v:.3f}"
+    print(f"{name + ' calls/s':<34} {spread([r['calls_per_second'] for r in b], rate):>26} "
+          f"{spread([r['calls_per_second'] for r in a], rate):>26} "
+          f"{spread([ar['calls_per_second'] / br['calls_per_second'] for ar, br in zip(a, b)], x):>24}")
+    for i, part in enumerate(("service", "database", "bench", "total")):
+        print(f"{'  CPU ms/call, ' + part:<34} {spread([cpu(r)[i] for r in b], ms):>26} "
+              f"{spread([cpu(r)[i] for r in a], ms):>26} "
+              f"{spread([cpu(ar)[i] / cpu(br)[i] for ar, br in zip(a, b)], x):>24}")
+print("\n(CPU per measured call, over the measured calls only, from /proc; every scenario ended with its journal check)")
+PY
