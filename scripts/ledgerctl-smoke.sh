@@ -22,21 +22,8 @@ if [ ! -x "$LEDGERCTL" ] && [ $# -lt 2 ]; then
 fi
 [ -x "$LEDGERCTL" ] || fail "no $LEDGERCTL"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-ADDR=127.0.0.1:$port
-data=$(mktemp -d)
-log=$data/ledger.log
-# The development database: nothing else has to run.
-RUST_LOG=warn "$LEDGER" serve --listen "$ADDR" --data-dir "$data/db" >"$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -rf "$data"' EXIT
-
-for _ in $(seq 1 300); do
-  "$LEDGER" healthcheck --listen "$ADDR" --timeout 1s 2>/dev/null && break
-  kill -0 $pid 2>/dev/null || { cat "$log" >&2; fail "ledger serve exited"; }
-  sleep 0.2
-done
-"$LEDGER" healthcheck --listen "$ADDR" || fail "never healthy"
+# shellcheck source=scripts/lib/dev-serve.sh
+. scripts/lib/dev-serve.sh
 
 export LEDGER_SERVER=http://$ADDR
 unset LEDGER_TOKEN
