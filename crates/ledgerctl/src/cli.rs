@@ -147,7 +147,7 @@ impl OpenAccount {
     }
 }
 
-/// Credit and Charge take the same fields.
+/// Credit and Charge take the same fields (and PlaceHold, with a ttl).
 #[derive(Debug, Args)]
 pub(crate) struct Money {
     #[command(flatten)]
@@ -261,19 +261,11 @@ impl Refund {
     }
 }
 
+/// A charge's fields, and how long the hold lasts.
 #[derive(Debug, Args)]
 pub(crate) struct PlaceHold {
     #[command(flatten)]
-    pub(crate) key: Key,
-    #[arg(long)]
-    account_id: u64,
-    /// Minor units (cents).
-    #[arg(long, allow_negative_numbers = true)]
-    amount: i64,
-    #[arg(long)]
-    currency: String,
-    #[command(flatten)]
-    description: Description,
+    pub(crate) money: Money,
     /// How long the hold lasts: 30s, 15m, 7days.
     #[arg(long, value_parser = humantime::parse_duration)]
     ttl: Duration,
@@ -281,13 +273,19 @@ pub(crate) struct PlaceHold {
 
 impl PlaceHold {
     pub(crate) fn request(self) -> pb::PlaceHoldRequest {
-        let idempotency_key = self.key.resolve();
+        let Money {
+            key,
+            account_id,
+            amount,
+            currency,
+            description,
+        } = self.money;
         pb::PlaceHoldRequest {
-            idempotency_key,
-            account_id: self.account_id,
-            amount: self.amount,
-            currency: self.currency,
-            description: self.description.description,
+            idempotency_key: key.resolve(),
+            account_id,
+            amount,
+            currency,
+            description: description.description,
             ttl: Some(prost_types::Duration {
                 seconds: i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX),
                 nanos: i32::try_from(self.ttl.subsec_nanos()).unwrap_or(0),
