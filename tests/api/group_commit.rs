@@ -413,7 +413,12 @@ async fn a_hurried_member_does_not_shorten_the_batch_lock_wait() {
     assert!(waiting.is_some());
 
     let hurried = hurried.await.unwrap().unwrap_err();
-    assert_eq!(hurried.code(), Code::DeadlineExceeded, "{hurried:?}");
+    // Answered at its deadline, not after the batch: DEADLINE_EXCEEDED from its
+    // handler, or, on a loaded machine, the client's own timer first (CANCELLED).
+    assert!(
+        matches!(hurried.code(), Code::DeadlineExceeded | Code::Cancelled),
+        "{hurried:?}"
+    );
     // Past the second a lock wait lowered to the hurried member's would allow.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let still = db.waiting_transaction().await;
