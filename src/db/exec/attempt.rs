@@ -326,7 +326,10 @@ async fn decide(
         .zip(&outcomes)
         .map(|(c, outcome)| KeyOutcome {
             key: c.key,
-            outcome: outcome.as_ref().ok(),
+            outcome: outcome
+                .as_ref()
+                .ok()
+                .map(|o| (c.command.method(), c.fingerprint, o)),
         })
         .chain(dropped.iter().map(|key| KeyOutcome { key, outcome: None }))
         .collect();

@@ -28,7 +28,8 @@ use crate::db::tables::idempotency;
 use crate::db::tables::{accounts, entries, holds};
 use crate::error::Error;
 use crate::ledger::book::Changes;
-use crate::ledger::{ScopedKey, StoredOutcome};
+use crate::ledger::{Fingerprint, ScopedKey, StoredOutcome};
+use crate::ops::Method;
 
 /// How a batch protects itself (see the module's documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +46,8 @@ pub(crate) enum Batch {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct KeyOutcome<'a> {
     pub(crate) key: &'a ScopedKey,
-    pub(crate) outcome: Option<&'a StoredOutcome>,
+    /// The outcome, with what the key's row was claimed with.
+    pub(crate) outcome: Option<(Method, &'a Fingerprint, &'a StoredOutcome)>,
 }
 
 /// The writes and COMMIT as one batch; guarded, also the check that they
@@ -55,16 +57,24 @@ pub(crate) fn commit_batch(
     keys: &[KeyOutcome<'_>],
     batch: Batch,
 ) -> Result<String, Error> {
-    let stored: Vec<(&ScopedKey, &StoredOutcome)> = keys
+    let stored: Vec<idempotency::Recorded<'_>> = keys
         .iter()
-        .filter_map(|k| k.outcome.map(|outcome| (k.key, outcome)))
+        .filter_map(|k| {
+            k.outcome
+                .map(|(method, fingerprint, outcome)| idempotency::Recorded {
+                    key: k.key,
+                    method,
+                    fingerprint,
+                    outcome,
+                })
+        })
         .collect();
     let claimed = match batch {
         Batch::Plain => None,
-        Batch::Guarded => stored.first().map(|(first, _)| {
+        Batch::Guarded => stored.first().map(|first| {
             format!(
                 "EXISTS (SELECT 1 FROM idempotency_keys WHERE {})",
-                idempotency::claimed_condition(first)
+                idempotency::claimed_condition(first.key)
             )
         }),
     };
@@ -73,8 +83,16 @@ pub(crate) fn commit_batch(
     let mut statements: Vec<String> = Vec::new();
 
     statements.extend(accounts::insert_sql(&changes.new_accounts, key_of, guard)?);
-    for (row, count_before) in &changes.accounts {
-        statements.push(accounts::update_sql(row, *count_before, guard));
+    match (batch, changes.accounts.as_slice()) {
+        (Batch::Plain, [_, _, ..]) => {
+            let rows: Vec<_> = changes.accounts.iter().map(|(row, _)| row).collect();
+            statements.extend(accounts::upsert_sql(&rows));
+        }
+        _ => {
+            for (row, count_before) in &changes.accounts {
+                statements.push(accounts::update_sql(row, *count_before, guard));
+            }
+        }
     }
     let entry_rows = entries::values(&changes.new_entries, key_of)?;
     statements.extend(entries::insert_sql(&entry_rows, guard));
@@ -91,11 +109,15 @@ pub(crate) fn commit_batch(
     for expired in &changes.expired_holds {
         statements.push(holds::expired_sql(expired, guard));
     }
-    // One UPDATE per key, each by its primary key, so it locks only its own row:
-    // a single UPDATE with an IN list may be run as a scan of the index, locking
-    // other transactions' key rows, and deadlocked with them.
-    for (key, outcome) in &stored {
-        statements.push(idempotency::outcome_sql(key, outcome, guard.is_some()));
+    match batch {
+        // One upsert by primary key for all of them (see `outcomes_sql`).
+        Batch::Plain => statements.extend(idempotency::outcomes_sql(&stored)),
+        // One UPDATE per key, each by its primary key and guarded by the claim.
+        Batch::Guarded => {
+            for r in &stored {
+                statements.push(idempotency::outcome_sql(r.key, r.outcome, true));
+            }
+        }
     }
     for k in keys.iter().filter(|k| k.outcome.is_none()) {
         statements.push(idempotency::unclaim_sql(k.key));
@@ -104,7 +126,12 @@ pub(crate) fn commit_batch(
     if batch == Batch::Guarded && !stored.is_empty() {
         statements.push(format!(
             "CALL ledger_require_committed((({}) = {n}))",
-            idempotency::committed_count_sql(&stored),
+            idempotency::committed_count_sql(
+                &stored
+                    .iter()
+                    .map(|r| (r.key, r.outcome))
+                    .collect::<Vec<_>>()
+            ),
             n = stored.len(),
         ));
         statements.push("COMMIT".to_owned());
@@ -115,6 +142,11 @@ pub(crate) fn commit_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn claim() -> (Method, Fingerprint) {
+        let method = Method::from_code(1).unwrap();
+        (method, Fingerprint::from_bytes(&[0xee; 32]).unwrap())
+    }
 
     fn key() -> ScopedKey {
         ScopedKey {
@@ -130,15 +162,21 @@ mod tests {
             code: 9,
             body: vec![0xab],
         };
+        let (method, fingerprint) = claim();
         let keys = [KeyOutcome {
             key: &key,
-            outcome: Some(&outcome),
+            outcome: Some((method, &fingerprint, &outcome)),
         }];
         let changes = Changes::default();
         assert_eq!(
             commit_batch(&changes, &keys, Batch::Plain).unwrap(),
-            "UPDATE idempotency_keys SET outcome_code = 9, outcome = x'ab' \
-             WHERE namespace = x'' AND idempotency_key = x'6b31'; COMMIT"
+            format!(
+                "INSERT INTO idempotency_keys (namespace, idempotency_key, method, fingerprint, \
+                 created_at, outcome_code, outcome) VALUES (x'', x'6b31', 1, x'{}', \
+                 UTC_TIMESTAMP(6), 9, x'ab') ON DUPLICATE KEY UPDATE \
+                 outcome_code = VALUES(outcome_code), outcome = VALUES(outcome); COMMIT",
+                "ee".repeat(32)
+            )
         );
         assert_eq!(
             commit_batch(&changes, &keys, Batch::Guarded).unwrap(),
@@ -164,6 +202,7 @@ mod tests {
             code: 0,
             body: vec![0x01],
         };
+        let (method, fingerprint) = claim();
         let keys = [
             KeyOutcome {
                 key: &dropped,
@@ -171,7 +210,7 @@ mod tests {
             },
             KeyOutcome {
                 key: &kept,
-                outcome: Some(&outcome),
+                outcome: Some((method, &fingerprint, &outcome)),
             },
         ];
         let sql = commit_batch(&Changes::default(), &keys, Batch::Guarded).unwrap();

@@ -159,6 +159,37 @@ pub(crate) fn insert_sql<'k>(
     ))
 }
 
+/// One statement for every changed account of a batch, on a single server (no
+/// guard): a multi-row `INSERT ... ON DUPLICATE KEY UPDATE` by primary key. Every
+/// row it names exists and is locked by this transaction, so each is only updated
+/// (never inserted), and the statement locks exactly those rows: unlike an
+/// `UPDATE ... WHERE account_id IN (...)`, which the optimizer may run as a scan.
+pub(crate) fn upsert_sql(rows: &[&AccountRow]) -> Option<String> {
+    if rows.is_empty() {
+        return None;
+    }
+    let mut sql = format!("INSERT INTO accounts ({COLUMNS}) VALUES ");
+    for (n, row) in rows.iter().enumerate() {
+        let a = &row.account;
+        let comma = if n == 0 { "" } else { ", " };
+        let _ = write!(
+            sql,
+            "{comma}({id}, CONVERT({currency} USING ascii), {balance}, {held}, {count}, {created})",
+            id = a.id,
+            currency = hex(a.currency.as_str().as_bytes()),
+            balance = a.balance,
+            held = row.held_total,
+            count = row.entry_count,
+            created = datetime(a.created_at),
+        );
+    }
+    sql.push_str(
+        " ON DUPLICATE KEY UPDATE balance = VALUES(balance), held = VALUES(held), \
+         entry_count = VALUES(entry_count)",
+    );
+    Some(sql)
+}
+
 /// `UPDATE` of a changed account's counters, by its primary key (a statement for
 /// several accounts may be run as a scan, locking accounts of other
 /// transactions). `guard`, on a multi-primary node, makes it a no-op unless the
@@ -177,4 +208,40 @@ pub(crate) fn update_sql(row: &AccountRow, count_before: u64, guard: Option<&str
         let _ = write!(sql, " AND entry_count = {count_before} AND {guard}");
     }
     sql
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone as _, Utc};
+
+    use super::*;
+    use crate::ledger::{AccountId, Currency};
+
+    fn row(id: u64, balance: i64, held: i64, count: u64) -> AccountRow {
+        AccountRow {
+            account: crate::ledger::Account {
+                id: AccountId::parse("account_id", id).unwrap(),
+                currency: Currency::parse("currency", "USD").unwrap(),
+                balance,
+                held,
+                created_at: Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap(),
+            },
+            entry_count: count,
+            held_total: held,
+        }
+    }
+
+    #[test]
+    fn a_batch_updates_its_accounts_in_one_upsert_by_primary_key() {
+        let (a, b) = (row(7, 100, 0, 3), row(9, 5, 2, 1));
+        assert_eq!(
+            upsert_sql(&[&a, &b]).unwrap(),
+            "INSERT INTO accounts (account_id, currency, balance, held, entry_count, created_at) \
+             VALUES (7, CONVERT(x'555344' USING ascii), 100, 0, 3, '2026-12-01 00:00:00.000000'), \
+             (9, CONVERT(x'555344' USING ascii), 5, 2, 1, '2026-12-01 00:00:00.000000') \
+             ON DUPLICATE KEY UPDATE balance = VALUES(balance), held = VALUES(held), \
+             entry_count = VALUES(entry_count)"
+        );
+        assert_eq!(upsert_sql(&[]), None);
+    }
 }

@@ -1,6 +1,8 @@
 //! The `idempotency_keys` table: the probe that claims a key, the locking reads of
 //! an existing key, and the SQL that stores an outcome.
 
+use std::fmt::Write as _;
+
 use chrono::NaiveDateTime;
 use diesel::QueryableByName;
 use diesel::mysql::Mysql;
@@ -198,6 +200,48 @@ pub(crate) fn outcome_sql(key: &ScopedKey, outcome: &StoredOutcome, guarded: boo
         code = outcome.code,
         body = hex(&outcome.body),
     )
+}
+
+/// A new key's stored outcome, with what its row was claimed with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Recorded<'a> {
+    pub(crate) key: &'a ScopedKey,
+    pub(crate) method: Method,
+    pub(crate) fingerprint: &'a Fingerprint,
+    pub(crate) outcome: &'a StoredOutcome,
+}
+
+/// One statement for the outcomes of every new key of a batch, on a single server
+/// (no guard): a multi-row `INSERT ... ON DUPLICATE KEY UPDATE` by primary key.
+/// Each row exists (this transaction's probe inserted it and holds its lock), so
+/// each is only updated, and the statement locks exactly those rows: an `UPDATE`
+/// with an IN list may be run as a scan of the index, locking other transactions'
+/// key rows. The row's claim (method, fingerprint) is named as claimed, so even an
+/// insert could store nothing the probe did not.
+pub(crate) fn outcomes_sql(recorded: &[Recorded<'_>]) -> Option<String> {
+    if recorded.is_empty() {
+        return None;
+    }
+    let mut sql = "INSERT INTO idempotency_keys \
+        (namespace, idempotency_key, method, fingerprint, created_at, outcome_code, outcome) VALUES "
+        .to_owned();
+    for (n, r) in recorded.iter().enumerate() {
+        let comma = if n == 0 { "" } else { ", " };
+        let _ = write!(
+            sql,
+            "{comma}({namespace}, {key}, {method}, {fingerprint}, UTC_TIMESTAMP(6), {code}, {body})",
+            namespace = hex(r.key.namespace.as_str().as_bytes()),
+            key = hex(r.key.key.as_str().as_bytes()),
+            method = r.method.code(),
+            fingerprint = hex(r.fingerprint.as_bytes()),
+            code = r.outcome.code,
+            body = hex(&r.outcome.body),
+        );
+    }
+    sql.push_str(
+        " ON DUPLICATE KEY UPDATE outcome_code = VALUES(outcome_code), outcome = VALUES(outcome)",
+    );
+    Some(sql)
 }
 
 /// `DELETE` of a key's row that this transaction inserted and will not use (its
