@@ -136,16 +136,9 @@ pub(crate) fn insert_sql<'k>(
         .map(|(call, row)| {
             let key =
                 key_of(*call).ok_or_else(|| Error::internal("an account of an unknown call"))?;
-            let a = &row.account;
             Ok(format!(
-                "{id}, CONVERT({currency} USING ascii), {balance}, {held}, {count}, {created}, \
-                 {namespace}, {key}",
-                id = a.id,
-                currency = hex(a.currency.as_str().as_bytes()),
-                balance = a.balance,
-                held = row.held_total,
-                count = row.entry_count,
-                created = datetime(a.created_at),
+                "{}, {namespace}, {key}",
+                values(row),
                 namespace = hex(key.namespace.as_str().as_bytes()),
                 key = hex(key.key.as_str().as_bytes()),
             ))
@@ -159,6 +152,20 @@ pub(crate) fn insert_sql<'k>(
     ))
 }
 
+/// A row's values in the order of [`COLUMNS`].
+fn values(row: &AccountRow) -> String {
+    let a = &row.account;
+    format!(
+        "{id}, CONVERT({currency} USING ascii), {balance}, {held}, {count}, {created}",
+        id = a.id,
+        currency = hex(a.currency.as_str().as_bytes()),
+        balance = a.balance,
+        held = row.held_total,
+        count = row.entry_count,
+        created = datetime(a.created_at),
+    )
+}
+
 /// One statement for every changed account of a batch, on a single server (no
 /// guard): a multi-row `INSERT ... ON DUPLICATE KEY UPDATE` by primary key. Every
 /// row it names exists and is locked by this transaction, so each is only updated
@@ -170,18 +177,8 @@ pub(crate) fn upsert_sql(rows: &[&AccountRow]) -> Option<String> {
     }
     let mut sql = format!("INSERT INTO accounts ({COLUMNS}) VALUES ");
     for (n, row) in rows.iter().enumerate() {
-        let a = &row.account;
         let comma = if n == 0 { "" } else { ", " };
-        let _ = write!(
-            sql,
-            "{comma}({id}, CONVERT({currency} USING ascii), {balance}, {held}, {count}, {created})",
-            id = a.id,
-            currency = hex(a.currency.as_str().as_bytes()),
-            balance = a.balance,
-            held = row.held_total,
-            count = row.entry_count,
-            created = datetime(a.created_at),
-        );
+        let _ = write!(sql, "{comma}({})", values(row));
     }
     sql.push_str(
         " ON DUPLICATE KEY UPDATE balance = VALUES(balance), held = VALUES(held), \
