@@ -234,16 +234,7 @@ fn next_request(rng: &mut StdRng, key: &str, accounts: &[u64], memory: &mut Memo
             let to = other_than(rng, accounts, account);
             Request::Transfer(support::transfer(key, account, to, amount))
         }
-        66..72 => {
-            let legs = (0..rng.random_range(1..=5))
-                .map(|_| {
-                    let from = accounts[rng.random_range(0..accounts.len())];
-                    let to = other_than(rng, accounts, from);
-                    support::leg(from, to, rng.random_range(1..=400_i64))
-                })
-                .collect();
-            Request::Post(support::post(key, legs))
-        }
+        66..72 => random_post(rng, key, accounts),
         72..80 if !memory.refundable.is_empty() => {
             let i = rng.random_range(0..memory.refundable.len());
             let (entry_id, left) = memory.refundable[i];
@@ -285,6 +276,11 @@ fn next_move(rng: &mut StdRng, key: &str, accounts: &[u64]) -> Request {
             rng.random_range(1..=400_i64),
         ));
     }
+    random_post(rng, key, accounts)
+}
+
+/// A post of 1 to 5 legs between random accounts.
+fn random_post(rng: &mut StdRng, key: &str, accounts: &[u64]) -> Request {
     let legs = (0..rng.random_range(1..=5))
         .map(|_| {
             let from = accounts[rng.random_range(0..accounts.len())];
