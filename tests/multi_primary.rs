@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ledger::proto::pb;
+use support::cluster::{Engine, engine};
 use support::{
     Config, Gate, LedgerProcess, TestApp, TestDb, assert_audit_passes, assert_one_did_the_work,
     assert_stream_sound, at_once, charge, credit, free_port, leg, post, raw_call, replayed, scrape,
@@ -43,60 +44,6 @@ use tonic::metadata::MetadataMap;
 use tonic::transport::Channel;
 use tonic_types::StatusExt as _;
 use workload::{Counters, Mix, open_accounts, run_clients, verify};
-
-/// The engine of the cluster under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Engine {
-    Galera,
-    GroupReplication,
-}
-
-fn engine() -> Engine {
-    match std::env::var("LEDGER_TEST_CLUSTER").as_deref() {
-        Err(_) | Ok("galera") => Engine::Galera,
-        Ok("group-replication" | "gr") => Engine::GroupReplication,
-        Ok(other) => panic!("LEDGER_TEST_CLUSTER={other}: galera or group-replication"),
-    }
-}
-
-impl Engine {
-    fn ports(self) -> [u16; 3] {
-        match self {
-            Self::Galera => [3311, 3312, 3313],
-            Self::GroupReplication => [3321, 3322, 3323],
-        }
-    }
-
-    /// The script that runs the cluster (start, stop, kill N, restart-node N).
-    fn script(self) -> &'static str {
-        match self {
-            Self::Galera => concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/galera-cluster.sh"),
-            Self::GroupReplication => concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/gr-cluster.sh"),
-        }
-    }
-
-    /// Causal reads for the test's own assertion connections.
-    fn causal_reads(self) -> &'static str {
-        match self {
-            Self::Galera => "SET SESSION wsrep_sync_wait = 15",
-            Self::GroupReplication => "SET SESSION group_replication_consistency = 'BEFORE'",
-        }
-    }
-
-    fn eventual_reads(self) -> &'static str {
-        match self {
-            Self::Galera => "SET SESSION wsrep_sync_wait = 0",
-            Self::GroupReplication => "SET SESSION group_replication_consistency = 'EVENTUAL'",
-        }
-    }
-
-    fn as_service_sees_it(self) -> ledger::db::conn::cluster::Engine {
-        match self {
-            Self::Galera => ledger::db::conn::cluster::Engine::Galera,
-            Self::GroupReplication => ledger::db::conn::cluster::Engine::GroupReplication,
-        }
-    }
-}
 
 fn nodes() -> Vec<String> {
     match std::env::var("LEDGER_TEST_CLUSTER_URLS") {

@@ -45,6 +45,7 @@ use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
 use mysql_async::prelude::Queryable as _;
 use rand::RngExt as _;
+use support::cluster::engine;
 use support::{LedgerProcess, TestApp, TestDb, assert_audit_passes, free_port};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -76,36 +77,6 @@ const SERVE_ARGS: [&str; 8] = [
     "--connect-timeout",
     "30s",
 ];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Engine {
-    Galera,
-    GroupReplication,
-}
-
-fn engine() -> Engine {
-    match std::env::var("LEDGER_TEST_CLUSTER").as_deref() {
-        Err(_) | Ok("galera") => Engine::Galera,
-        Ok("group-replication" | "gr") => Engine::GroupReplication,
-        Ok(other) => panic!("LEDGER_TEST_CLUSTER={other}: galera or group-replication"),
-    }
-}
-
-impl Engine {
-    fn script(self) -> &'static str {
-        match self {
-            Self::Galera => concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/galera-cluster.sh"),
-            Self::GroupReplication => concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/gr-cluster.sh"),
-        }
-    }
-
-    fn causal_reads(self) -> &'static str {
-        match self {
-            Self::Galera => "SET SESSION wsrep_sync_wait = 15",
-            Self::GroupReplication => "SET SESSION group_replication_consistency = 'BEFORE'",
-        }
-    }
-}
 
 /// Runs the cluster's script; returns its exit code and standard output.
 async fn script(args: &[&str]) -> (Option<i32>, String) {

@@ -9,7 +9,8 @@
 //!   holds a statement back;
 //! - `storm`: many calls released at once, and the check their replies pass;
 //! - `stream`: waiting for the change stream's numbers, and its promises in SQL;
-//! - `follow`: a reader of the change stream that checks every entry continues it.
+//! - `follow`: a reader of the change stream that checks every entry continues it;
+//! - `cluster`: the multi-primary cluster under test, its engine and its script.
 //!
 //! Each test binary uses a part of it.
 
@@ -21,6 +22,7 @@
 )]
 
 pub mod app;
+pub mod cluster;
 pub mod follow;
 pub mod gate;
 pub mod process;
