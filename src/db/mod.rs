@@ -81,24 +81,31 @@ pub fn keyed_reads(
 
 /// The change stream's reads (`watch`), with their values written in, to check
 /// their plans with `EXPLAIN`: the highest sequence, a page of every account's
-/// entries and of `account`'s after `after`, and the tail's read. Each must reach
-/// its rows through an index: the tail runs one every few milliseconds.
+/// entries and of `account`'s after `after` (after a sequence, and after a place
+/// in its journal), and the tail's read. Each must reach its rows through an
+/// index: the tail runs one every few milliseconds.
 pub fn stream_reads(account: u64, after: u64, through: u64) -> Vec<(&'static str, String)> {
-    use tables::entries::{HIGHEST_SQL, numbered_sql};
-    let account = crate::ledger::AccountId::parse("account_id", account).ok();
+    use tables::entries::{After, HIGHEST_SQL, numbered_of_sql, numbered_sql};
+    let Ok(account) = crate::ledger::AccountId::parse("account_id", account) else {
+        return Vec::new();
+    };
     vec![
         ("highest sequence", HIGHEST_SQL.to_owned()),
         (
             "a page of every account",
-            numbered_sql(None, after, through, watch::PAGE).literal(),
+            numbered_sql(after, through, watch::PAGE).literal(),
         ),
         (
-            "a page of one account",
-            numbered_sql(account, after, through, watch::PAGE).literal(),
+            "a page of one account, after a sequence",
+            numbered_of_sql(account, After::Sequence(after), through, watch::PAGE).literal(),
+        ),
+        (
+            "a page of one account, after a place",
+            numbered_of_sql(account, After::Place(1), through, watch::PAGE).literal(),
         ),
         (
             "the tail",
-            numbered_sql(None, through, u64::MAX, watch::BATCH_LIMIT).literal(),
+            numbered_sql(through, u64::MAX, watch::BATCH_LIMIT).literal(),
         ),
     ]
 }

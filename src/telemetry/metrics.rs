@@ -187,8 +187,9 @@ pub fn stream_entries(entries: u64) {
     counter!(STREAM_ENTRIES).increment(entries);
 }
 
-pub fn stream_lag(seconds: f64) {
-    histogram!(STREAM_LAG).record(seconds);
+/// The lag of `entries` entries numbered together.
+pub fn stream_lag(seconds: f64, entries: u64) {
+    histogram!(STREAM_LAG).record_many(seconds, usize::try_from(entries).unwrap_or(usize::MAX));
 }
 
 pub fn stream_sequence(highest: f64) {

@@ -92,29 +92,45 @@ const HELD: &str = "held equals the sum of held holds";
 const CAPTURE: &str = "a captured hold has one capture entry of what it took, within its amount; no other hold has any";
 const STORED: &str = "every stored outcome decodes and matches what its key wrote";
 const CONTIGUOUS: &str = "sequences run 1, 2, 3, ... without a hole, and the next is the one after";
+const COMMIT_PLACES: &str =
+    "each commit holds its entries at places 0, 1, 2, ..., and every entry has its commit";
+const COMMIT_ACCOUNTS: &str =
+    "each commit lists the accounts it wrote to, with their places in each journal";
 const ACCOUNT_ORDER: &str = "each account's entries are numbered in the order they were applied";
 const TOGETHER: &str = "an operation's entries are numbered together, consecutively, in leg order";
 const LAG: &str = "every entry older than the lag bound has a sequence";
 
-/// Swaps the sequences of the entries of keys (and legs) `x` and `y`.
+/// The commit of the entries of key (and leg) `x`.
+fn commit_of(x: &str) -> String {
+    format!("commit_id = (SELECT commit_id FROM entries WHERE {x} LIMIT 1)")
+}
+
+/// Swaps the sequences of the commits of keys `x` and `y`.
 fn swap(x: &str, y: &str) -> String {
+    let (x, y) = (commit_of(x), commit_of(y));
     format!(
-        "SELECT sequence INTO @x FROM entries WHERE {x}; \
-         SELECT sequence INTO @y FROM entries WHERE {y}; \
-         UPDATE entries SET sequence = NULL WHERE {x}; \
-         UPDATE entries SET sequence = @x WHERE {y}; \
-         UPDATE entries SET sequence = @y WHERE {x}"
+        "SELECT first_sequence INTO @x FROM stream_commits WHERE {x}; \
+         SELECT first_sequence INTO @y FROM stream_commits WHERE {y}; \
+         UPDATE stream_commits SET first_sequence = NULL WHERE {x}; \
+         UPDATE stream_commits SET first_sequence = @x WHERE {y}; \
+         UPDATE stream_commits SET first_sequence = @y WHERE {x}"
+    )
+}
+
+/// Swaps the places in their commit of the entries of `x` and `y`.
+fn swap_places(x: &str, y: &str) -> String {
+    format!(
+        "SELECT commit_pos INTO @x FROM entries WHERE {x}; \
+         SELECT commit_pos INTO @y FROM entries WHERE {y}; \
+         UPDATE entries SET commit_pos = 1000000 WHERE {x}; \
+         UPDATE entries SET commit_pos = @x WHERE {y}; \
+         UPDATE entries SET commit_pos = @y WHERE {x}"
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_damage_is_named() {
-    let swap_charges = swap("idempotency_key = 'a'", "idempotency_key = 'b'");
-    let swap_legs = swap(
-        "idempotency_key = 't' AND leg = 0",
-        "idempotency_key = 't' AND leg = 1",
-    );
-    let cases: [(&str, &[&str]); 18] = [
+    let cases: [(&str, &[&str]); 13] = [
         (
             "UPDATE accounts SET entry_count = entry_count + 1",
             &[COUNTS],
@@ -135,7 +151,7 @@ async fn every_kind_of_damage_is_named() {
                 CHAIN,
                 METHOD_ENTRIES,
                 CURRENCY,
-                CONTIGUOUS,
+                COMMIT_PLACES,
                 STORED,
             ],
         ),
@@ -176,24 +192,53 @@ async fn every_kind_of_damage_is_named() {
             "UPDATE entries SET kind = 200 WHERE idempotency_key = 'a'",
             &[BALANCE, CHAIN, KINDS, METHOD_ENTRIES, CURRENCY, STORED],
         ),
+    ];
+    assert_each_named(&cases).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_damage_to_the_stream_is_named() {
+    let swap_charges = swap("idempotency_key = 'a'", "idempotency_key = 'b'");
+    let swap_legs = swap_places(
+        "idempotency_key = 't' AND leg = 0",
+        "idempotency_key = 't' AND leg = 1",
+    );
+    let wrong_accounts = format!(
+        "UPDATE stream_commits SET accounts = '1:1:1' WHERE {}",
+        commit_of("idempotency_key = 't'")
+    );
+    let cases: [(&str, &[&str]); 7] = [
         (
-            "UPDATE entries SET sequence = sequence + 100 ORDER BY sequence DESC LIMIT 1",
+            "UPDATE stream_commits SET first_sequence = first_sequence + 100 \
+             ORDER BY first_sequence DESC LIMIT 1",
             &[CONTIGUOUS],
         ),
         (&swap_charges, &[ACCOUNT_ORDER]),
         (&swap_legs, &[TOGETHER]),
         (
-            "UPDATE entries SET sequence = NULL WHERE idempotency_key = 't' AND leg = 1",
-            &[CONTIGUOUS, TOGETHER],
+            "UPDATE entries SET commit_id = commit_id + 1000000 \
+             WHERE idempotency_key = 't' AND leg = 1",
+            &[COMMIT_PLACES, COMMIT_ACCOUNTS, TOGETHER],
+        ),
+        (&wrong_accounts, &[COMMIT_ACCOUNTS]),
+        (
+            "UPDATE entries SET commit_pos = commit_pos + 1 WHERE idempotency_key = 'c'",
+            &[COMMIT_PLACES],
         ),
         (
-            "UPDATE entries SET sequence = NULL, created_at = created_at - INTERVAL 1 HOUR \
-             ORDER BY sequence DESC LIMIT 1; \
-             UPDATE ledger_stream SET next_sequence = next_sequence - 1",
+            "UPDATE stream_commits SET first_sequence = NULL, \
+             created_at = created_at - INTERVAL 1 HOUR ORDER BY first_sequence DESC LIMIT 1; \
+             UPDATE ledger_stream SET next_sequence = (SELECT COALESCE(MAX(first_sequence \
+               + entry_count), 1) FROM stream_commits WHERE first_sequence IS NOT NULL)",
             &[LAG],
         ),
     ];
-    for (damage, expected) in cases {
+    assert_each_named(&cases).await;
+}
+
+/// Each damage, done to a busy ledger of its own, fails exactly its checks.
+async fn assert_each_named(cases: &[(&str, &[&str])]) {
+    for &(damage, expected) in cases {
         let db = TestDb::new();
         busy_ledger(&db).await;
         db.sql().await.query_drop(damage).await.unwrap();

@@ -119,27 +119,39 @@ async fn keyed_reads_use_an_index_on_an_empty_and_a_populated_ledger() {
 }
 
 /// The assigner's reads on a populated ledger whose entries are numbered: the
-/// unnumbered ones through the index of sequences (its NULLs), the numbered
-/// predecessors by the accounts' journal index; neither scans the journal.
+/// unnumbered commits through the index of pending commits (its NULLs), the
+/// numbered predecessors by the accounts' journal index and their commits by
+/// primary key; neither scans the journal.
 async fn assert_stream_reads_indexed(db: &TestDb, accounts: &[u64]) {
     let mut conn = tabular_plans(db).await;
     let predecessors: Vec<(u64, u64)> = accounts.iter().map(|&a| (a, 1)).collect();
-    for (sql, index) in [
-        (ledger::db::stream::unnumbered_sql(), "entries_sequence"),
+    let reads: [(String, &[(&str, &str)]); 2] = [
+        (
+            ledger::db::stream::unnumbered_sql(ledger::db::stream::ROUND_LIMIT),
+            &[("stream_commits", "stream_commits_pending")],
+        ),
         (
             ledger::db::stream::numbered_sql(&predecessors),
-            "entries_account_seq",
+            &[("e", "entries_account_seq"), ("c", "PRIMARY")],
         ),
-    ] {
+    ];
+    for (sql, indexes) in reads {
         let plan: Vec<mysql_async::Row> = conn.query(format!("EXPLAIN {sql}")).await.unwrap();
+        assert_eq!(plan.len(), indexes.len(), "{sql}");
         for row in plan {
+            let table: Option<String> = row.get("table").flatten();
             let access: Option<String> = row.get("type").flatten();
             let key: Option<String> = row.get("key").flatten();
             let extra: Option<String> = row.get("Extra").flatten();
+            let index = indexes
+                .iter()
+                .find(|(t, _)| table.as_deref() == Some(*t))
+                .map(|(_, index)| *index);
             assert!(
                 access.as_deref().is_some_and(|a| INDEXED.contains(&a))
-                    && key.as_deref() == Some(index),
-                "{sql}: read by {access:?} through {key:?} ({extra:?})"
+                    && key.is_some()
+                    && key.as_deref() == index,
+                "{sql}: {table:?} read by {access:?} through {key:?} ({extra:?})"
             );
         }
     }

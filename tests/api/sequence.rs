@@ -13,8 +13,9 @@ use nix::sys::signal::Signal;
 
 use crate::support::proxy::Proxy;
 use crate::support::{
-    Config, LedgerProcess, TestApp, TestDb, assert_audit_passes, assert_stream_sound, charge, leg,
-    open_funded, post, run_ledger, server_url, transfer, until_sequenced,
+    Config, LedgerProcess, NUMBERED, TestApp, TestDb, UNNUMBERED_COUNT, add_commits,
+    assert_audit_passes, assert_stream_sound, charge, leg, open_funded, post, run_ledger,
+    server_url, transfer, until_lease_free, until_sequenced,
 };
 
 /// A bound on waiting for the assigner: its lease (3 s) if it must change hands,
@@ -93,7 +94,9 @@ async fn calls_through_two_instances_are_numbered_in_order() {
         .await
         .unwrap()
         .into_inner();
-    let max = db.count("SELECT MAX(sequence) FROM entries").await;
+    let max = db
+        .count(&format!("SELECT MAX(sequence) FROM {NUMBERED} e"))
+        .await;
     assert_eq!(read.sequence, max, "the last call is the last numbered");
     // The assigning instance publishes each round it commits.
     let learned =
@@ -159,22 +162,25 @@ async fn a_late_commit_is_numbered_after_those_that_committed_before_it() {
 
     let mut conn = db.sql().await;
     let (held_seq, held_at_earlier): (u64, u64) = conn
-        .query_first(
+        .query_first(format!(
             "SELECT h.sequence, h.created_at < (SELECT MIN(created_at) FROM entries \
              WHERE idempotency_key LIKE 'meanwhile-%') \
-             FROM entries h WHERE h.idempotency_key = 'held'",
-        )
+             FROM {NUMBERED} h WHERE h.idempotency_key = 'held'"
+        ))
         .await
         .unwrap()
         .unwrap();
     let meanwhile_max = db
-        .count("SELECT MAX(sequence) FROM entries WHERE idempotency_key LIKE 'meanwhile-%'")
+        .count(&format!(
+            "SELECT MAX(sequence) FROM {NUMBERED} e WHERE idempotency_key LIKE 'meanwhile-%'"
+        ))
         .await;
     assert_eq!(held_at_earlier, 1, "the held call took its instant first");
     assert!(held_seq > meanwhile_max, "{held_seq} after {meanwhile_max}");
     assert_eq!(
         held_seq,
-        db.count("SELECT MAX(sequence) FROM entries").await
+        db.count(&format!("SELECT MAX(sequence) FROM {NUMBERED} e"))
+            .await
     );
     assert_stream_sound(&db).await;
     let (code, _) = run_ledger(&["audit", "--database-url", &db.url]).await;
@@ -239,8 +245,7 @@ async fn a_killed_assigner_is_replaced_and_nothing_is_left_unnumbered() {
     first.signal(Signal::SIGKILL);
     let _ = first.wait(Duration::from_secs(10)).await;
     assert_eq!(
-        db.count("SELECT COUNT(*) FROM entries WHERE sequence IS NULL")
-            .await,
+        db.count(UNNUMBERED_COUNT).await,
         20,
         "every transfer waits for its numbers"
     );
@@ -292,7 +297,11 @@ async fn the_assigner_survives_a_database_restart() {
     }
     until_sequenced(&db, SEQUENCED_WITHIN).await;
     // The funding credit and ten charges.
-    assert_eq!(db.count("SELECT MAX(sequence) FROM entries").await, 11);
+    assert_eq!(
+        db.count(&format!("SELECT MAX(sequence) FROM {NUMBERED} e"))
+            .await,
+        11
+    );
     assert_stream_sound(&db).await;
     drop(app);
     server.stop().await.unwrap();
@@ -336,7 +345,8 @@ async fn a_ledger_from_before_the_stream_is_numbered_in_journal_order() {
         .unwrap();
     assert!(inverted > 0, "ids from two blocks are not in journal order");
     conn.query_drop(
-        "UPDATE entries SET sequence = NULL, created_at = '2026-01-01 00:00:00'; \
+        "UPDATE stream_commits SET first_sequence = NULL, created_at = '2026-01-01 00:00:00'; \
+         UPDATE entries SET created_at = '2026-01-01 00:00:00'; \
          UPDATE ledger_stream SET next_sequence = 1, owner = '', lease_until = '1970-01-01'",
     )
     .await
@@ -344,7 +354,8 @@ async fn a_ledger_from_before_the_stream_is_numbered_in_journal_order() {
     let numbering = TestApp::spawn(&db).await;
     until_sequenced(&db, SEQUENCED_WITHIN).await;
     assert_eq!(
-        db.count("SELECT MAX(sequence) FROM entries").await,
+        db.count(&format!("SELECT MAX(sequence) FROM {NUMBERED} e"))
+            .await,
         db.count("SELECT COUNT(*) FROM entries").await
     );
     assert_stream_sound(&db).await;
@@ -371,16 +382,18 @@ async fn backlog(db: &TestDb, ops: u64, instant: &str) {
         .query_drop(format!(
             "INSERT INTO entries (entry_id, account_id, account_seq, leg, kind, amount, currency, \
                balance_after, namespace, idempotency_key, description, created_at, \
-               counterparty_account_id) \
+               counterparty_account_id, commit_id, commit_pos) \
              SELECT 1000000 + ({ops} - n.i) * 2 + l.leg, \
                IF((n.i + l.leg) % 2 = 0, {a}, {b}), n.i + 1, l.leg, 3 + l.leg, 1, 'USD', 0, '', \
-               CONCAT('bulk-', n.i), '', {instant}, IF((n.i + l.leg) % 2 = 0, {b}, {a}) \
+               CONCAT('bulk-', n.i), '', {instant}, IF((n.i + l.leg) % 2 = 0, {b}, {a}), \
+               1000000 + ({ops} - n.i) * 2, l.leg \
              FROM (SELECT d1.d + 10 * d2.d + 100 * d3.d + 1000 * d4.d + 10000 * d5.d AS i \
                    FROM {digits} d1, {digits} d2, {digits} d3, {digits} d4, {digits} d5) n \
              CROSS JOIN (SELECT 0 AS leg UNION ALL SELECT 1) l WHERE n.i < {ops}"
         ))
         .await
         .unwrap();
+    add_commits(db, "idempotency_key LIKE 'bulk-%'").await;
 }
 
 /// Starts an assigner on `db` and waits for every entry's number.
@@ -389,7 +402,11 @@ async fn number_all(db: &TestDb, entries: u64) {
     let numbering = TestApp::spawn(db).await;
     until_sequenced(db, Duration::from_secs(120)).await;
     eprintln!("numbered {entries} entries in {:?}", started.elapsed());
-    assert_eq!(db.count("SELECT MAX(sequence) FROM entries").await, entries);
+    assert_eq!(
+        db.count(&format!("SELECT MAX(sequence) FROM {NUMBERED} e"))
+            .await,
+        entries
+    );
     assert_stream_sound(db).await;
     drop(numbering);
 }
@@ -435,8 +452,10 @@ async fn an_uncommitted_entry_is_never_numbered() {
     writer
         .query_drop(format!(
             "INSERT INTO entries (entry_id, account_id, account_seq, kind, amount, currency, \
-             balance_after, namespace, idempotency_key, description, created_at) \
-             VALUES (0, {quiet}, 1, 2, 1, 'USD', 1, '', 'open-ended', '', '2000-01-01')"
+             balance_after, namespace, idempotency_key, description, created_at, commit_id) \
+             VALUES (0, {quiet}, 1, 2, 1, 'USD', 1, '', 'open-ended', '', '2000-01-01', 0); \
+             INSERT INTO stream_commits (commit_id, entry_count, accounts, created_at) \
+             VALUES (0, 1, '{quiet}:1:1', '2000-01-01')"
         ))
         .await
         .unwrap();
@@ -448,25 +467,25 @@ async fn an_uncommitted_entry_is_never_numbered() {
             .unwrap();
     }
     until_sequenced(&db, SEQUENCED_WITHIN).await;
-    let numbered = db.count("SELECT MAX(sequence) FROM entries").await;
+    let numbered = db
+        .count(&format!("SELECT MAX(sequence) FROM {NUMBERED} e"))
+        .await;
     writer.query_drop("COMMIT").await.unwrap();
     until_sequenced(&db, SEQUENCED_WITHIN).await;
     assert_eq!(
-        db.count("SELECT sequence FROM entries WHERE entry_id = 0")
-            .await,
+        db.count(&format!(
+            "SELECT sequence FROM {NUMBERED} e WHERE entry_id = 0"
+        ))
+        .await,
         numbered + 1
     );
     assert_stream_sound(&db).await;
 }
 
-/// The stream's migration on a populated ledger: its `down.sql` takes the
-/// numbers, their indexes and the lease row away; its `up.sql`, run again,
-/// leaves every entry unnumbered, and the first rounds number them all, in
-/// journal order; a `WatchEntries` from 0 then streams every one, in order.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_stream_migration_reverses_and_applies_again_on_a_populated_ledger() {
-    let db = TestDb::new();
-    let app = TestApp::spawn(&db).await;
+/// A populated ledger: two funded accounts, and transfers, charges and
+/// two-leg posts between them, every entry numbered.
+async fn populated(db: &TestDb) -> u64 {
+    let app = TestApp::spawn(db).await;
     let a = app.funded_account("USD", 1000).await;
     let b = app.funded_account("USD", 1000).await;
     let mut client = app.client().await;
@@ -482,37 +501,116 @@ async fn the_stream_migration_reverses_and_applies_again_on_a_populated_ledger()
         let legs = vec![leg(b, a, 2), leg(a, b, 1)];
         client.post(post(&format!("p-{i}"), legs)).await.unwrap();
     }
-    until_sequenced(&db, SEQUENCED_WITHIN).await;
+    until_sequenced(db, SEQUENCED_WITHIN).await;
     drop(app);
+    until_lease_free(db).await;
+    2 + 10 * (2 + 1 + 4)
+}
 
+const CHANGE_STREAM_UP: &str =
+    include_str!("../../migrations/2026-12-03-000001_change_stream/up.sql");
+const CHANGE_STREAM_DOWN: &str =
+    include_str!("../../migrations/2026-12-03-000001_change_stream/down.sql");
+const COMMITS_UP: &str = include_str!("../../migrations/2026-12-04-000001_stream_commits/up.sql");
+const COMMITS_DOWN: &str =
+    include_str!("../../migrations/2026-12-04-000001_stream_commits/down.sql");
+
+/// How many of the named tables and columns of `entries` the schema has.
+async fn schema_has(db: &TestDb, tables: &[&str], entry_columns: &[&str]) -> u64 {
+    let list = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| format!("'{n}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    db.count(&format!(
+        "SELECT (SELECT COUNT(*) FROM information_schema.COLUMNS \
+           WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'entries' \
+           AND COLUMN_NAME IN ({})) \
+         + (SELECT COUNT(*) FROM information_schema.TABLES \
+           WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ({}))",
+        list(entry_columns),
+        list(tables)
+    ))
+    .await
+}
+
+/// The migration to numbered commits on a populated, numbered ledger: its
+/// `down.sql` gives every entry its number back as a column of its own, and its
+/// `up.sql`, run again, gives each operation a commit that keeps exactly the
+/// numbers it had; the audit passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_commits_migration_keeps_every_number_both_ways() {
+    let db = TestDb::new();
+    let total = populated(&db).await;
+    let numbers = format!("SELECT entry_id, sequence FROM {NUMBERED} e ORDER BY entry_id");
     let mut conn = db.sql().await;
-    conn.query_drop(include_str!(
-        "../../migrations/2026-12-03-000001_change_stream/down.sql"
-    ))
-    .await
-    .unwrap();
-    let schema = "SELECT (SELECT COUNT(*) FROM information_schema.COLUMNS \
-                    WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'entries' \
-                    AND COLUMN_NAME = 'sequence') \
-                + (SELECT COUNT(*) FROM information_schema.TABLES \
-                    WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'ledger_stream')";
-    assert_eq!(db.count(schema).await, 0, "down.sql removed the stream");
-    conn.query_drop(include_str!(
-        "../../migrations/2026-12-03-000001_change_stream/up.sql"
-    ))
-    .await
-    .unwrap();
-    assert_eq!(db.count(schema).await, 2);
+    let before: Vec<(u64, u64)> = conn.query(&numbers).await.unwrap();
+    assert_eq!(before.len() as u64, total);
+
+    conn.query_drop(COMMITS_DOWN).await.unwrap();
     assert_eq!(
-        db.count("SELECT COUNT(*) FROM entries WHERE sequence IS NOT NULL")
-            .await,
-        0
+        schema_has(&db, &["stream_commits"], &["commit_id", "commit_pos"]).await,
+        0,
+        "down.sql removed the commits"
     );
+    let columns: Vec<(u64, u64)> = conn
+        .query("SELECT entry_id, sequence FROM entries ORDER BY entry_id")
+        .await
+        .unwrap();
+    assert_eq!(columns, before, "every entry has its number back");
+
+    conn.query_drop(COMMITS_UP).await.unwrap();
+    assert_eq!(
+        schema_has(
+            &db,
+            &["stream_commits"],
+            &["commit_id", "commit_pos", "sequence"]
+        )
+        .await,
+        3
+    );
+    let after: Vec<(u64, u64)> = conn.query(&numbers).await.unwrap();
+    assert_eq!(after, before, "every entry keeps its number");
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM stream_commits").await,
+        2 + 10 * 3,
+        "one commit per operation"
+    );
+    assert_stream_sound(&db).await;
+    assert_audit_passes(&db.url).await;
+}
+
+/// The change stream's migrations on a populated ledger: their `down.sql`s take
+/// the numbers, their indexes, the commits and the lease row away; their
+/// `up.sql`s, run again, leave every entry unnumbered, and the first rounds
+/// number them all, in journal order; a `WatchEntries` from 0 then streams
+/// every one, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_stream_migrations_reverse_and_apply_again_on_a_populated_ledger() {
+    let db = TestDb::new();
+    let total = populated(&db).await;
+    let mut conn = db.sql().await;
+    let stream = (
+        &["ledger_stream", "stream_commits"][..],
+        &["sequence", "commit_id"][..],
+    );
+    conn.query_drop(COMMITS_DOWN).await.unwrap();
+    conn.query_drop(CHANGE_STREAM_DOWN).await.unwrap();
+    assert_eq!(
+        schema_has(&db, stream.0, stream.1).await,
+        0,
+        "down.sql removed the stream"
+    );
+    conn.query_drop(CHANGE_STREAM_UP).await.unwrap();
+    conn.query_drop(COMMITS_UP).await.unwrap();
+    assert_eq!(schema_has(&db, stream.0, stream.1).await, 3);
+    assert_eq!(db.count(UNNUMBERED_COUNT).await, total);
 
     let app = TestApp::spawn(&db).await;
     until_sequenced(&db, SEQUENCED_WITHIN).await;
-    let total = db.count("SELECT COUNT(*) FROM entries").await;
-    assert_eq!(total, 2 + 10 * (2 + 1 + 4), "the two credits and the calls");
+    assert_eq!(db.count("SELECT COUNT(*) FROM entries").await, total);
     assert_stream_sound(&db).await;
     let mut stream = app
         .client()

@@ -263,7 +263,7 @@ async fn bulk_credits(db: &TestDb, account: u64, count: u64) {
             .map(|n| {
                 format!(
                     "({id}, {account}, {n}, 0, 0, 2, 1, 'USD', {n}, '', 'bulk-{n}', \
-                     '{description}', UTC_TIMESTAMP(6))",
+                     '{description}', UTC_TIMESTAMP(6), {id}, 0)",
                     id = first + n - 1
                 )
             })
@@ -271,8 +271,23 @@ async fn bulk_credits(db: &TestDb, account: u64, count: u64) {
         conn.query_drop(format!(
             "INSERT INTO entries (entry_id, account_id, account_seq, leg, post_leg, kind, \
              amount, currency, balance_after, namespace, idempotency_key, description, \
-             created_at) VALUES {}",
+             created_at, commit_id, commit_pos) VALUES {}",
             rows.join(", ")
+        ))
+        .await
+        .unwrap();
+        let commits: Vec<String> = chunk
+            .iter()
+            .map(|n| {
+                format!(
+                    "({id}, 1, '{account}:{n}:{n}', UTC_TIMESTAMP(6))",
+                    id = first + n - 1
+                )
+            })
+            .collect();
+        conn.query_drop(format!(
+            "INSERT INTO stream_commits (commit_id, entry_count, accounts, created_at) VALUES {}",
+            commits.join(", ")
         ))
         .await
         .unwrap();

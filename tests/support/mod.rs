@@ -37,7 +37,10 @@ pub use gate::{Gate, HeldCharge};
 pub use process::{LedgerProcess, free_port, run_ledger, until_health};
 pub use server::{TestDb, assert_audit_passes, assert_each_key_charged_once, server_url};
 pub use storm::{HeldStorm, RawReply, assert_one_did_the_work, at_once, storm_config};
-pub use stream::{assert_stream_sound, number_entries, until_lease_free, until_sequenced};
+pub use stream::{
+    NUMBERED, UNNUMBERED_COUNT, add_commits, assert_stream_sound, number_entries, until_lease_free,
+    until_sequenced,
+};
 pub use wire::{
     Bearer, capture, charge, credit, info, leg, place_hold, post, raw_call, reason, refund,
     replayed, scrape, token_line, transfer, void, with_deadline, with_token,

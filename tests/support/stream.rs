@@ -1,11 +1,44 @@
 //! The change stream seen from the database: waiting (with a bound) until the
 //! assigner has numbered every entry, and the stream's promises checked in SQL.
+//!
+//! An entry's sequence is its commit's first (`stream_commits.first_sequence`)
+//! plus its place in the commit; [`NUMBERED`] gives every entry its `sequence`
+//! column back, for queries.
 
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable as _;
 
 use super::server::TestDb;
+
+/// Every entry with its `sequence` (NULL while its commit is not numbered), as a
+/// derived table: `format!("SELECT ... FROM {NUMBERED} e ...")`.
+pub const NUMBERED: &str = "(SELECT e.*, c.first_sequence + e.commit_pos AS sequence \
+    FROM entries e LEFT JOIN stream_commits c ON c.commit_id = e.commit_id)";
+
+/// Entries not numbered yet.
+pub const UNNUMBERED_COUNT: &str = "SELECT CAST(COALESCE(SUM(entry_count), 0) AS UNSIGNED) FROM stream_commits \
+     WHERE first_sequence IS NULL";
+
+/// The unnumbered commit rows of entries written straight into the journal
+/// (those `condition` selects, their `commit_id` and `commit_pos` set), as a
+/// writing transaction adds them.
+pub async fn add_commits(db: &TestDb, condition: &str) {
+    db.sql()
+        .await
+        .query_drop(format!(
+            "INSERT INTO stream_commits (commit_id, entry_count, accounts, created_at) \
+             SELECT commit_id, SUM(n), \
+               GROUP_CONCAT(CONCAT(account_id, ':', lo, ':', hi) ORDER BY pos SEPARATOR ','), \
+               MIN(created_at) \
+             FROM (SELECT commit_id, account_id, MIN(account_seq) AS lo, MAX(account_seq) AS hi, \
+                     MIN(commit_pos) AS pos, COUNT(*) AS n, MIN(created_at) AS created_at \
+                   FROM entries WHERE {condition} GROUP BY commit_id, account_id) spans \
+             GROUP BY commit_id"
+        ))
+        .await
+        .unwrap();
+}
 
 /// Polls until every entry has a sequence; fails after `limit`. Returns how
 /// long it took.
@@ -14,7 +47,7 @@ pub async fn until_sequenced(db: &TestDb, limit: Duration) -> Duration {
     let mut conn = db.sql().await;
     loop {
         let waiting: u64 = conn
-            .query_first("SELECT COUNT(*) FROM entries WHERE sequence IS NULL")
+            .query_first(UNNUMBERED_COUNT)
             .await
             .unwrap()
             .unwrap_or(0);
@@ -35,7 +68,9 @@ pub async fn number_entries(db: &TestDb) -> u64 {
     until_sequenced(db, Duration::from_secs(30)).await;
     db.sql()
         .await
-        .query_first("SELECT COALESCE(MAX(sequence), 0) FROM entries")
+        .query_first(format!(
+            "SELECT COALESCE(MAX(sequence), 0) FROM {NUMBERED} e"
+        ))
         .await
         .unwrap()
         .unwrap_or(0)
@@ -47,9 +82,10 @@ pub async fn number_entries(db: &TestDb) -> u64 {
 pub async fn assert_stream_sound(db: &TestDb) {
     let mut conn = db.sql().await;
     let (count, min, max): (u64, Option<u64>, Option<u64>) = conn
-        .query_first(
-            "SELECT COUNT(*), MIN(sequence), MAX(sequence) FROM entries WHERE sequence IS NOT NULL",
-        )
+        .query_first(format!(
+            "SELECT COUNT(*), MIN(sequence), MAX(sequence) FROM {NUMBERED} e \
+             WHERE sequence IS NOT NULL"
+        ))
         .await
         .unwrap()
         .unwrap();
@@ -63,22 +99,22 @@ pub async fn assert_stream_sound(db: &TestDb) {
         .unwrap();
     assert_eq!(next, count + 1, "next_sequence follows the last");
     let inversions: u64 = conn
-        .query_first(
-            "SELECT COUNT(*) FROM entries a JOIN entries b \
+        .query_first(format!(
+            "SELECT COUNT(*) FROM {NUMBERED} a JOIN {NUMBERED} b \
              ON b.account_id = a.account_id AND b.account_seq = a.account_seq + 1 \
-             WHERE b.sequence < a.sequence OR (b.sequence IS NOT NULL AND a.sequence IS NULL)",
-        )
+             WHERE b.sequence < a.sequence OR (b.sequence IS NOT NULL AND a.sequence IS NULL)"
+        ))
         .await
         .unwrap()
         .unwrap();
     assert_eq!(inversions, 0, "each account's entries in journal order");
     let out_of_leg_order: u64 = conn
-        .query_first(
-            "SELECT COUNT(*) FROM entries a JOIN entries b \
+        .query_first(format!(
+            "SELECT COUNT(*) FROM {NUMBERED} a JOIN {NUMBERED} b \
              ON b.namespace = a.namespace AND b.idempotency_key = a.idempotency_key \
              AND b.leg = a.leg + 1 \
-             WHERE b.sequence <> a.sequence + 1 OR (a.sequence IS NULL) <> (b.sequence IS NULL)",
-        )
+             WHERE b.sequence <> a.sequence + 1 OR (a.sequence IS NULL) <> (b.sequence IS NULL)"
+        ))
         .await
         .unwrap()
         .unwrap();

@@ -438,7 +438,7 @@ async fn attach(
                 .await
                 .context("cannot connect to read the highest sequence")?;
             let highest: Option<u64> = conn
-                .query_first("SELECT COALESCE(MAX(sequence), 0) FROM entries")
+                .query_first("SELECT next_sequence - 1 FROM ledger_stream WHERE id = 1")
                 .await?;
             let _ = conn.disconnect().await;
             highest.unwrap_or(0)

@@ -297,45 +297,101 @@ fn hold_checks() -> Vec<SetCheck> {
 /// assigns.
 pub const SEQUENCE_LAG_BOUND_SECS: u32 = 60;
 
-/// The change stream (SPEC 3.8): its numbers and the order they give.
+/// The change stream (SPEC 3.8): its numbers and the order they give. An
+/// entry's sequence is its commit's first plus its place in the commit.
 fn stream_checks() -> Vec<SetCheck> {
+    const SEQUENCE: &str = "c.first_sequence + e.commit_pos";
     vec![
         SetCheck {
             name: "sequences run 1, 2, 3, ... without a hole, and the next is the one after",
-            sql: "SELECT CONCAT(n, ' entries numbered ', COALESCE(lo, 'none'), '..', \
-                  COALESCE(hi, 'none'), ', next_sequence ', COALESCE(nx, 'none')) AS detail \
-                  FROM (SELECT COUNT(sequence) AS n, MIN(sequence) AS lo, MAX(sequence) AS hi, \
-                    (SELECT next_sequence FROM ledger_stream WHERE id = 1) AS nx FROM entries) s \
-                  WHERE (n > 0 AND (lo <> 1 OR hi <> n)) OR NOT (nx <=> n + 1)"
+            sql: "SELECT CONCAT('commit ', commit_id, ' numbered from ', first_sequence, \
+                  ', not ', expected) AS detail \
+                  FROM (SELECT commit_id, first_sequence, \
+                    COALESCE(LAG(first_sequence + entry_count) OVER (ORDER BY first_sequence), 1) \
+                      AS expected \
+                    FROM stream_commits WHERE first_sequence IS NOT NULL) s \
+                  WHERE first_sequence <> expected \
+                  UNION ALL \
+                  SELECT CONCAT('next_sequence ', COALESCE(nx, 'none'), ' after numbers up to ', \
+                    hi - 1) AS detail \
+                  FROM (SELECT (SELECT next_sequence FROM ledger_stream WHERE id = 1) AS nx, \
+                    (SELECT COALESCE(MAX(first_sequence + entry_count), 1) FROM stream_commits \
+                      WHERE first_sequence IS NOT NULL) AS hi) t \
+                  WHERE NOT (nx <=> hi)"
+                .into(),
+        },
+        SetCheck {
+            name: "each commit holds its entries at places 0, 1, 2, ..., and every entry has its commit",
+            sql: "SELECT CONCAT('commit ', c.commit_id, ' of ', c.entry_count, ' entries has ', \
+                  COUNT(e.entry_id), ' at places ', COALESCE(MIN(e.commit_pos), 'none'), '..', \
+                  COALESCE(MAX(e.commit_pos), 'none')) AS detail \
+                  FROM stream_commits c LEFT JOIN entries e ON e.commit_id = c.commit_id \
+                  GROUP BY c.commit_id, c.entry_count \
+                  HAVING COUNT(e.entry_id) <> c.entry_count OR MIN(e.commit_pos) <> 0 \
+                    OR MAX(e.commit_pos) <> c.entry_count - 1 \
+                  UNION ALL \
+                  SELECT CONCAT('entry ', e.entry_id, ' names commit ', e.commit_id, \
+                    ', which does not exist') AS detail \
+                  FROM entries e LEFT JOIN stream_commits c ON c.commit_id = e.commit_id \
+                  WHERE c.commit_id IS NULL"
+                .into(),
+        },
+        SetCheck {
+            name: "each commit lists the accounts it wrote to, with their places in each journal",
+            // What the assigner orders commits by.
+            sql: "SELECT CONCAT('commit ', s.commit_id, ' wrote places ', s.lo, '..', s.hi, \
+                  ' of account ', s.account_id, ' (', s.n, ' entries), but lists ', \
+                  c.accounts) AS detail \
+                  FROM (SELECT commit_id, account_id, MIN(account_seq) AS lo, \
+                    MAX(account_seq) AS hi, COUNT(*) AS n \
+                    FROM entries GROUP BY commit_id, account_id) s \
+                  JOIN stream_commits c ON c.commit_id = s.commit_id \
+                  WHERE FIND_IN_SET(CONCAT(s.account_id, ':', s.lo, ':', s.hi), c.accounts) = 0 \
+                    OR s.hi - s.lo + 1 <> s.n \
+                  UNION ALL \
+                  SELECT CONCAT('commit ', c.commit_id, ' wrote to ', a.n, ' accounts, but lists ', \
+                    c.accounts) AS detail \
+                  FROM stream_commits c JOIN (SELECT commit_id, COUNT(DISTINCT account_id) AS n \
+                    FROM entries GROUP BY commit_id) a ON a.commit_id = c.commit_id \
+                  WHERE LENGTH(c.accounts) - LENGTH(REPLACE(c.accounts, ',', '')) + 1 <> a.n"
                 .into(),
         },
         SetCheck {
             name: "each account's entries are numbered in the order they were applied",
-            sql: "SELECT CONCAT('account ', a.account_id, ': entry ', a.account_seq, ' numbered ', \
-                  COALESCE(a.sequence, 'none'), ', entry ', b.account_seq, ' numbered ', \
-                  COALESCE(b.sequence, 'none')) AS detail \
-                  FROM entries a JOIN entries b \
-                    ON b.account_id = a.account_id AND b.account_seq = a.account_seq + 1 \
-                  WHERE b.sequence < a.sequence OR (a.sequence IS NULL AND b.sequence IS NOT NULL)"
-                .into(),
+            sql:                 "SELECT CONCAT('account ', a.account_id, ': entry ', a.account_seq, ' numbered ', \
+                 COALESCE(ca.first_sequence + a.commit_pos, 'none'), ', entry ', b.account_seq, \
+                 ' numbered ', COALESCE(cb.first_sequence + b.commit_pos, 'none')) AS detail \
+                 FROM entries a JOIN entries b \
+                   ON b.account_id = a.account_id AND b.account_seq = a.account_seq + 1 \
+                 JOIN stream_commits ca ON ca.commit_id = a.commit_id \
+                 JOIN stream_commits cb ON cb.commit_id = b.commit_id \
+                 WHERE cb.first_sequence + b.commit_pos < ca.first_sequence + a.commit_pos \
+                   OR (ca.first_sequence IS NULL AND cb.first_sequence IS NOT NULL) \
+                   OR (a.commit_id = b.commit_id AND b.commit_pos < a.commit_pos)"
+                .into()
         },
         SetCheck {
             name: "an operation's entries are numbered together, consecutively, in leg order",
-            // Its legs are 0, 1, 2, ... (checked above), so consecutive numbers in
-            // leg order make every sequence less its leg the same.
-            sql: "SELECT CONCAT('key ', HEX(idempotency_key), ' (namespace ', HEX(namespace), '): ', \
-                  COUNT(sequence), ' of ', COUNT(*), ' entries numbered, ', \
-                  COALESCE(GROUP_CONCAT(sequence ORDER BY leg), '')) AS detail \
-                  FROM entries GROUP BY namespace, idempotency_key \
-                  HAVING COUNT(sequence) NOT IN (0, COUNT(*)) \
-                    OR MAX(CAST(sequence AS SIGNED) - leg) <> MIN(CAST(sequence AS SIGNED) - leg)"
-                .into(),
+            // Its legs are 0, 1, 2, ... (checked above): in one commit, at
+            // places in leg order with no other entry between them, every place
+            // less its leg is the same.
+            sql: format!(
+                "SELECT CONCAT('key ', HEX(e.idempotency_key), ' (namespace ', HEX(e.namespace), \
+                 '): ', COUNT(*), ' entries in ', COUNT(DISTINCT e.commit_id), ' commits, numbered ', \
+                 COALESCE(GROUP_CONCAT({SEQUENCE} ORDER BY e.leg), 'none')) AS detail \
+                 FROM entries e LEFT JOIN stream_commits c ON c.commit_id = e.commit_id \
+                 GROUP BY e.namespace, e.idempotency_key \
+                 HAVING COUNT(DISTINCT e.commit_id) <> 1 \
+                   OR MAX(CAST(e.commit_pos AS SIGNED) - CAST(e.leg AS SIGNED)) \
+                     <> MIN(CAST(e.commit_pos AS SIGNED) - CAST(e.leg AS SIGNED))"
+            ),
         },
         SetCheck {
             name: "every entry older than the lag bound has a sequence",
             sql: format!(
-                "SELECT CONCAT('entry ', entry_id, ' of ', created_at, ' has no sequence') AS detail \
-                 FROM entries WHERE sequence IS NULL \
+                "SELECT CONCAT('commit ', commit_id, ' of ', created_at, ' (', entry_count, \
+                 ' entries) has no sequence') AS detail \
+                 FROM stream_commits WHERE first_sequence IS NULL \
                    AND created_at < UTC_TIMESTAMP(6) - INTERVAL {SEQUENCE_LAG_BOUND_SECS} SECOND"
             ),
         },

@@ -59,6 +59,13 @@ impl<'a> Sql<'a> {
         self
     }
 
+    /// This statement followed by `more`, its text and its values.
+    pub(crate) fn append(mut self, more: Self) -> Self {
+        self.text.push_str(&more.text);
+        self.binds.extend(more.binds);
+        self
+    }
+
     /// `text` followed by ` IN (?, ?, ...)` binding each of `ids`, then `rest`.
     /// The list is [`padded`], so the statement has one of a few texts.
     pub(crate) fn with_ids(text: &str, ids: &[u64], rest: &str) -> Self {

@@ -25,7 +25,7 @@
 //! (README, Performance), so it is spared them.
 
 use crate::db::tables::idempotency;
-use crate::db::tables::{accounts, entries, holds};
+use crate::db::tables::{accounts, commits, entries, holds};
 use crate::error::Error;
 use crate::ledger::book::Changes;
 use crate::ledger::{Fingerprint, ScopedKey, StoredOutcome};
@@ -96,6 +96,11 @@ pub(crate) fn commit_batch(
     }
     let entry_rows = entries::values(&changes.new_entries, key_of)?;
     statements.extend(entries::insert_sql(&entry_rows, guard));
+    statements.extend(commits::insert_sql(
+        &changes.new_entries,
+        changes.now,
+        guard,
+    ));
     for row in &changes.refunded_entries {
         statements.push(entries::refunded_sql(row, guard));
     }

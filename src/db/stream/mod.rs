@@ -1,29 +1,41 @@
 //! The change stream's assigner (SPEC 3.8): every committed entry gets its
 //! ledger-wide `sequence`, 1, 2, 3, ... with no hole, after its commit.
 //!
-//! Writers never touch the stream: they insert entries without a sequence
-//! (NULL), so no writing transaction waits for another over a counter, and on a
+//! Writers never touch the stream's counter: each writing transaction adds one
+//! row for its entries to `stream_commits` (`db::tables::commits`), without a
+//! number, so no writing transaction waits for another over a counter, and on a
 //! multi-primary cluster none conflicts with another node's over one. One
-//! assigner for the whole fleet numbers them instead, in rounds:
+//! assigner for the whole fleet numbers those rows instead, in rounds, each
+//! commit taking as many consecutive numbers as it has entries:
 //!
 //! ```text
 //! SELECT owner, lease_until > UTC_TIMESTAMP(6), next_sequence FROM ledger_stream
 //!   WHERE id = 1 FOR UPDATE                     (not ours, or expired: stop)
-//! SELECT ... FROM entries WHERE sequence IS NULL ORDER BY created_at, entry_id LIMIT n
+//! SELECT ... FROM stream_commits WHERE first_sequence IS NULL
+//!   ORDER BY created_at, commit_id LIMIT n
 //!   (the first plain read: its snapshot is taken after every earlier round
-//!    committed, and holds only committed entries)
-//! [SELECT the predecessors of each account's first entry that are numbered]
+//!    committed, and holds only committed rows)
+//! [cut at n: SELECT the predecessors of each account's first entry that are numbered]
 //! order them (`order`)
 //! UPDATE ledger_stream SET next_sequence = ..., lease_until = ... WHERE id = 1 AND
 //!   owner = me AND next_sequence = <read>;
-//! UPDATE entries SET sequence = CASE entry_id WHEN ... END WHERE entry_id IN (...)
-//!   AND <ledger_stream's next_sequence is the new one>;  ...; COMMIT
+//! UPDATE stream_commits SET first_sequence = CASE commit_id WHEN ... END
+//!   WHERE commit_id IN (...) AND <ledger_stream's next_sequence is the new one>;
+//!   ...; COMMIT
 //! ```
 //!
-//! A round sees only committed entries, and numbers them after every entry of
+//! A round sees only committed commits, and numbers them after every commit of
 //! the rounds before, so an entry that commits after a round's snapshot gets a
 //! higher number than everything that round numbered; a round's numbers become
 //! visible together, at its COMMIT, so a reader that sees one sees every lower one.
+//!
+//! Each account's entries are numbered in the order they were applied. The
+//! commits before a visible one on any of its accounts are visible too: the
+//! later one locked the account after the earlier committed, and InnoDB makes a
+//! transaction visible before it releases its locks; a cluster node applies
+//! write sets that touch the same rows in their commit order. So a round that
+//! read every unnumbered commit holds each one's predecessors, numbered or in the
+//! round; only a read cut at its limit needs to look the predecessors up.
 //!
 //! Who assigns is a lease in the `ledger_stream` row, by the database's clock:
 //! every instance runs a candidate that takes the lease when it has expired (or
@@ -36,7 +48,7 @@
 //! aborted mid-batch can see the rest of its batch run in a new one).
 //!
 //! A round runs about every [`IDLE_TICK`] while the ledger is quiet, and
-//! [`MIN_GAP`] after the last when it found entries or when a local writer
+//! [`MIN_GAP`] after the last when it found commits or when a local writer
 //! committed (`Signals::wake`).
 
 mod order;
@@ -48,17 +60,18 @@ use std::time::Duration;
 
 use chrono::NaiveDateTime;
 use diesel::QueryableByName;
-use diesel::sql_types::{BigInt, Datetime, Unsigned, Varbinary};
+use diesel::sql_types::{BigInt, Datetime, Text, Unsigned, Varbinary};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::db::conn::failure::{AttemptError, Failure, Step};
 use crate::db::conn::pool::{self, CheckoutError, Pool, PoolSettings, Role, Session};
-use crate::db::conn::sql::{Bind, Sql, datetime, hex};
+use crate::db::conn::sql::{Bind, Sql, hex};
 use crate::db::conn::tx::{Committed, Tx};
+use crate::db::tables::commits::parse_spans;
 use crate::telemetry::metrics;
-use order::Unnumbered;
+use order::Pending;
 
 /// How long a lease lasts without renewal: a killed owner is replaced within
 /// about this long.
@@ -75,15 +88,16 @@ const IDLE_TICK: Duration = Duration::from_millis(20);
 const ERROR_PAUSE: Duration = Duration::from_millis(250);
 /// Rounds failed in a row before it is worth a warning (about 5 s of them).
 const FAILURES_REPORTED: u32 = 20;
-/// The most entries one round reads (and numbers).
-pub const ROUND_LIMIT: u64 = 10_000;
-/// The most entries a round reads of one instant, when that instant alone
-/// fills [`ROUND_LIMIT`]: more than one group-commit batch can write (64 calls
-/// of at most 512 entries), so a batch is never held back for ever.
-const INSTANT_LIMIT: u64 = 65_536;
-/// Entries per `UPDATE` of a round, and accounts per look-up of predecessors.
+/// The most commits one round reads (and numbers).
+pub const ROUND_LIMIT: u64 = 2_000;
+/// The most a round reads after rounds cut at their limit numbered nothing:
+/// each such round doubles the read, so the commits that come first on their
+/// accounts, when the instants and ids of the rest put them past the limit (a
+/// migrated ledger of one instant, a clock that stepped back), are reached.
+const MAX_ROUND_LIMIT: u64 = 262_144;
+/// Commits per `UPDATE` of a round, and accounts per look-up of predecessors.
 const CHUNK: usize = 1_000;
-/// A round waits at most this long for a row lock (an entry a refund holds).
+/// A round waits at most this long for a row lock.
 const LOCK_WAIT: Duration = Duration::from_secs(1);
 
 /// What the assigner and this instance's writers and readers share.
@@ -148,17 +162,11 @@ struct Next {
 #[derive(QueryableByName)]
 struct Row {
     #[diesel(sql_type = Unsigned<BigInt>)]
-    entry_id: u64,
+    commit_id: u64,
     #[diesel(sql_type = Unsigned<BigInt>)]
-    account_id: u64,
-    #[diesel(sql_type = Unsigned<BigInt>)]
-    account_seq: u64,
-    #[diesel(sql_type = Varbinary)]
-    namespace: Vec<u8>,
-    #[diesel(sql_type = Varbinary)]
-    idempotency_key: Vec<u8>,
-    #[diesel(sql_type = Unsigned<BigInt>)]
-    leg: u64,
+    entry_count: u64,
+    #[diesel(sql_type = Text)]
+    accounts: String,
     #[diesel(sql_type = Datetime)]
     created_at: NaiveDateTime,
     #[diesel(sql_type = Datetime)]
@@ -171,38 +179,29 @@ struct Numbered {
     account_id: u64,
 }
 
-const UNNUMBERED_COLUMNS: &str = "entry_id, account_id, account_seq, namespace, \
-    idempotency_key, CAST(leg AS UNSIGNED) AS leg, created_at, UTC_TIMESTAMP(6) AS now";
-
-/// The read of a round's unnumbered entries: through the index of sequences,
-/// whose NULLs are exactly the entries to number, however the statistics count
-/// them (MariaDB, told by them that most entries lack a number, as after a
-/// migration, scans the whole journal instead, every round).
-pub fn unnumbered_sql() -> String {
+/// The read of a round's unnumbered commits: through the index of pending
+/// commits, whose NULLs are exactly the commits to number, however the
+/// statistics count them.
+pub fn unnumbered_sql(limit: u64) -> String {
     format!(
-        "SELECT {UNNUMBERED_COLUMNS} FROM entries FORCE INDEX (entries_sequence) \
-         WHERE sequence IS NULL ORDER BY created_at, entry_id LIMIT {ROUND_LIMIT}"
-    )
-}
-
-/// The read of the unnumbered entries of one instant.
-fn instant_sql(at: NaiveDateTime) -> String {
-    format!(
-        "SELECT {UNNUMBERED_COLUMNS} FROM entries FORCE INDEX (entries_sequence) \
-         WHERE sequence IS NULL AND created_at = {at} \
-         ORDER BY entry_id LIMIT {INSTANT_LIMIT}",
-        at = datetime(at.and_utc())
+        "SELECT commit_id, CAST(entry_count AS UNSIGNED) AS entry_count, accounts, created_at, \
+         UTC_TIMESTAMP(6) AS now FROM stream_commits FORCE INDEX (stream_commits_pending) \
+         WHERE first_sequence IS NULL ORDER BY created_at, commit_id LIMIT {limit}"
     )
 }
 
 /// The look-up of which of `predecessors` (account, account_seq) are numbered.
 pub fn numbered_sql(predecessors: &[(u64, u64)]) -> String {
-    let mut sql = "SELECT account_id FROM entries FORCE INDEX (entries_account_seq) \
-        WHERE sequence IS NOT NULL AND ("
+    let mut sql = "SELECT e.account_id FROM entries e FORCE INDEX (entries_account_seq) \
+        STRAIGHT_JOIN stream_commits c ON c.commit_id = e.commit_id \
+        WHERE c.first_sequence IS NOT NULL AND ("
         .to_owned();
     for (n, (account, seq)) in predecessors.iter().enumerate() {
         let or = if n == 0 { "" } else { " OR " };
-        let _ = write!(sql, "{or}(account_id = {account} AND account_seq = {seq})");
+        let _ = write!(
+            sql,
+            "{or}(e.account_id = {account} AND e.account_seq = {seq})"
+        );
     }
     sql.push(')');
     sql
@@ -215,16 +214,30 @@ enum Round {
     Done {
         numbered: usize,
         held_back: usize,
+        /// The read stopped at its limit.
+        cut: bool,
     },
 }
 
-/// What the rounds in a row have done, for the log.
-#[derive(Debug, Default)]
+/// What the rounds in a row have done: for the log, and the next one's limit.
+#[derive(Debug)]
 struct Rounds {
-    /// The last round could number none of the entries it read.
+    /// The last round could number none of the commits it read.
     stuck: bool,
     /// Rounds failed in a row.
     failures: u32,
+    /// How many commits the next round reads.
+    limit: u64,
+}
+
+impl Default for Rounds {
+    fn default() -> Self {
+        Self {
+            stuck: false,
+            failures: 0,
+            limit: ROUND_LIMIT,
+        }
+    }
 }
 
 impl Rounds {
@@ -236,6 +249,7 @@ impl Rounds {
             Ok(Round::Done {
                 numbered,
                 held_back,
+                cut,
             }) => {
                 if self.failures >= FAILURES_REPORTED {
                     tracing::info!(
@@ -245,10 +259,20 @@ impl Rounds {
                 }
                 self.failures = 0;
                 let stuck = numbered == 0 && held_back > 0;
+                if !cut {
+                    self.limit = ROUND_LIMIT;
+                } else if stuck && self.limit < MAX_ROUND_LIMIT {
+                    self.limit = (self.limit * 2).min(MAX_ROUND_LIMIT);
+                    tracing::debug!(
+                        limit = self.limit,
+                        "the commits first on their accounts are past the round's limit; reading more"
+                    );
+                    return Some(Duration::ZERO);
+                }
                 if stuck && !self.stuck {
                     tracing::warn!(
                         held_back,
-                        "a round of the change stream can number none of the entries it read"
+                        "a round of the change stream can number none of the commits it read"
                     );
                 }
                 self.stuck = stuck;
@@ -331,7 +355,7 @@ impl Assigner {
             }
             if holding {
                 last_round = Instant::now();
-                if let Some(after) = rounds.judge(self.round().await) {
+                if let Some(after) = rounds.judge(self.round(rounds.limit).await) {
                     pause = after;
                 } else {
                     holding = false;
@@ -422,11 +446,11 @@ impl Assigner {
         })
     }
 
-    /// One round, in one transaction.
-    async fn round(&self) -> Result<Round, AttemptError> {
+    /// One round, in one transaction, of at most `limit` commits.
+    async fn round(&self, limit: u64) -> Result<Round, AttemptError> {
         let mut conn = self.checkout().await?;
         let mut tx = Tx::new(&mut conn, &self.pool, LOCK_WAIT);
-        let read = match self.read(&mut tx).await {
+        let read = match self.read(&mut tx, limit).await {
             Ok(Some(read)) => read,
             Ok(None) => {
                 tx.finish().await?;
@@ -434,42 +458,46 @@ impl Assigner {
             }
             Err(failure) => return Err(tx.fail(failure).await),
         };
-        let plan = order::plan(&read.rows, read.cut_at, &read.blocked);
+        let plan = order::plan(&read.commits, &read.blocked);
         if plan.order.is_empty() {
             tx.finish().await?;
             return Ok(Round::Done {
                 numbered: 0,
                 held_back: plan.held_back,
+                cut: read.cut,
             });
         }
-        let numbers: Vec<(u64, u64)> = plan
-            .order
-            .iter()
-            .zip(read.next..)
-            .filter_map(|(&r, seq)| read.rows.get(r).map(|u| (u.entry_id, seq)))
-            .collect();
-        let last = read.next + u64::try_from(numbers.len()).unwrap_or(u64::MAX);
-        let sql = self.assign_sql(read.next, last, numbers);
+        let mut numbers: Vec<(u64, u64)> = Vec::with_capacity(plan.order.len());
+        let mut next = read.next;
+        for commit in plan.order.iter().filter_map(|&n| read.commits.get(n)) {
+            numbers.push((commit.commit_id, next));
+            next += commit.entries;
+        }
+        let sql = self.assign_sql(read.next, next, numbers);
         match tx.commit(&sql, false).await {
             Committed::Yes => {}
             Committed::No(e) | Committed::Unknown(e) => return Err(e),
         }
-        self.signals.publish(last - 1);
-        for row in plan.order.iter().filter_map(|&r| read.rows.get(r)) {
-            let lag = (read.now - row.created_at).num_microseconds().unwrap_or(0);
+        self.signals.publish(next - 1);
+        for commit in plan.order.iter().filter_map(|&n| read.commits.get(n)) {
+            let lag = (read.now - commit.created_at)
+                .num_microseconds()
+                .unwrap_or(0);
             #[expect(clippy::cast_precision_loss, reason = "seconds for a histogram")]
-            metrics::stream_lag(lag.max(0) as f64 / 1e6);
+            metrics::stream_lag(lag.max(0) as f64 / 1e6, commit.entries);
         }
         Ok(Round::Done {
             numbered: plan.order.len(),
             held_back: plan.held_back,
+            cut: read.cut,
         })
     }
 
     /// A round's reads: the lease row, locked (`None` unless the lease is this
-    /// instance's), then the unnumbered entries and whether their accounts'
-    /// entries before them are numbered, in the snapshot of the first plain read.
-    async fn read(&self, tx: &mut Tx<'_>) -> Result<Option<Read>, Failure> {
+    /// instance's), then the unnumbered commits and, when the read was cut at
+    /// its limit, whether their accounts' entries before them are numbered, in
+    /// the snapshot of the first plain read.
+    async fn read(&self, tx: &mut Tx<'_>, limit: u64) -> Result<Option<Read>, Failure> {
         let lease: Vec<LeaseRow> = tx
             .load(
                 Step::Stream,
@@ -485,33 +513,31 @@ impl Assigner {
         if lease.owner != self.owner || lease.valid == 0 {
             return Ok(None);
         }
-        let mut rows: Vec<Row> = tx.load(Step::Stream, Sql::new(unnumbered_sql())).await?;
-        let mut limit = ROUND_LIMIT;
-        let last = rows.last().map(|r| r.created_at);
-        let mut full = u64::try_from(rows.len()).unwrap_or(u64::MAX) >= limit;
-        // One instant fills the read (a batch of large posts): holding it back as
-        // possibly cut would hold it forever, so read all of it.
-        if let (true, Some(last)) = (full, last)
-            && rows.first().is_some_and(|r| r.created_at == last)
-        {
-            limit = INSTANT_LIMIT;
-            rows = tx.load_text(Step::Stream, instant_sql(last)).await?;
-            full = u64::try_from(rows.len()).unwrap_or(u64::MAX) >= limit;
-        }
+        let rows: Vec<Row> = tx
+            .load(Step::Stream, Sql::new(unnumbered_sql(limit)))
+            .await?;
+        let cut = u64::try_from(rows.len()).unwrap_or(u64::MAX) >= limit;
         let now = rows.first().map(|r| r.now).unwrap_or_default();
-        let rows: Vec<Unnumbered> = rows.into_iter().map(Row::unnumbered).collect();
-        let blocked = unnumbered_predecessors(tx, &rows).await?;
+        let commits = rows
+            .into_iter()
+            .map(Row::pending)
+            .collect::<Result<Vec<Pending>, Failure>>()?;
+        let blocked = if cut {
+            unnumbered_predecessors(tx, &commits).await?
+        } else {
+            HashSet::new()
+        };
         Ok(Some(Read {
             next: lease.next_sequence,
-            cut_at: full.then(|| rows.last().map(|u| u.created_at)).flatten(),
-            rows,
+            commits,
             now,
+            cut,
             blocked,
         }))
     }
 
     /// The final batch of a round: `next_sequence` from `next` to `last`, the
-    /// lease renewed, and each entry's number, then COMMIT. Every write is
+    /// lease renewed, and each commit's first number, then COMMIT. Every write is
     /// guarded by the row this transaction read, so none can take effect outside
     /// it.
     fn assign_sql(&self, next: u64, last: u64, mut numbers: Vec<(u64, u64)>) -> String {
@@ -522,15 +548,13 @@ impl Assigner {
             lease = lease_micros(),
             owner = hex(&self.owner),
         );
-        // In entry_id order, as a refund locks entries, so the two never wait
-        // for each other in a cycle.
         numbers.sort_unstable();
         for chunk in numbers.chunks(CHUNK) {
-            sql.push_str(" UPDATE entries SET sequence = CASE entry_id");
+            sql.push_str(" UPDATE stream_commits SET first_sequence = CASE commit_id");
             for (id, seq) in chunk {
                 let _ = write!(sql, " WHEN {id} THEN {seq}");
             }
-            sql.push_str(" END WHERE entry_id IN (");
+            sql.push_str(" END WHERE commit_id IN (");
             for (n, (id, _)) in chunk.iter().enumerate() {
                 let comma = if n == 0 { "" } else { ", " };
                 let _ = write!(sql, "{comma}{id}");
@@ -546,16 +570,19 @@ impl Assigner {
 }
 
 impl Row {
-    fn unnumbered(self) -> Unnumbered {
-        Unnumbered {
-            entry_id: self.entry_id,
-            account_id: self.account_id,
-            account_seq: self.account_seq,
-            namespace: self.namespace,
-            idempotency_key: self.idempotency_key,
-            leg: self.leg,
+    fn pending(self) -> Result<Pending, Failure> {
+        let spans = parse_spans(&self.accounts).ok_or_else(|| {
+            Failure::from(crate::error::Error::internal(format!(
+                "commit {} lists its accounts as {:?}",
+                self.commit_id, self.accounts
+            )))
+        })?;
+        Ok(Pending {
+            commit_id: self.commit_id,
+            entries: self.entry_count,
+            spans,
             created_at: self.created_at,
-        }
+        })
     }
 }
 
@@ -563,22 +590,23 @@ impl Row {
 struct Read {
     /// The lease row's next sequence.
     next: u64,
-    rows: Vec<Unnumbered>,
+    commits: Vec<Pending>,
     /// The database's clock at the read.
     now: NaiveDateTime,
-    /// The instant of the last row, when the read stopped at its limit.
-    cut_at: Option<NaiveDateTime>,
-    /// The accounts whose entry before their first in `rows` is not numbered.
+    /// The read stopped at its limit.
+    cut: bool,
+    /// The accounts whose entry before their first in `commits` is not numbered
+    /// (looked up only when the read was cut).
     blocked: HashSet<u64>,
 }
 
-/// The accounts of `rows` whose entry before their first in `rows` has no
+/// The accounts of `commits` whose entry before their first in `commits` has no
 /// sequence (a plain read, in the round's snapshot).
 async fn unnumbered_predecessors(
     tx: &mut Tx<'_>,
-    rows: &[Unnumbered],
+    commits: &[Pending],
 ) -> Result<HashSet<u64>, Failure> {
-    let predecessors = order::predecessors(rows);
+    let predecessors = order::predecessors(commits);
     let mut unnumbered: HashSet<u64> = predecessors.iter().map(|(a, _)| *a).collect();
     for chunk in predecessors.chunks(CHUNK) {
         let found: Vec<Numbered> = tx.load_text(Step::Stream, numbered_sql(chunk)).await?;

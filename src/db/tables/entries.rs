@@ -1,6 +1,10 @@
 //! The `entries` table, the append-only journal: finding and locking the entries a
 //! refund names, reading entries, pages of an account's journal and numbered
 //! entries in sequence order (the change stream), and the SQL of the writes.
+//!
+//! An entry's sequence is not a column of its own: it is its commit's first
+//! sequence (`stream_commits`, see `commits`) plus its place in the commit, so
+//! every read of one joins the entry's commit row by its primary key.
 
 use std::fmt::Write as _;
 
@@ -127,9 +131,14 @@ struct FullRow {
     sequence: Option<u64>,
 }
 
-const FULL_COLUMNS: &str = "entry_id, account_id, account_seq, kind, amount, currency, \
-    balance_after, idempotency_key, description, created_at, counterparty_account_id, \
-    refunded_entry_id, hold_id, post_leg, sequence";
+/// The columns of [`FullRow`], of `entries e` and its commit `c`.
+const FULL_COLUMNS: &str = "e.entry_id, e.account_id, e.account_seq, e.kind, e.amount, \
+    e.currency, e.balance_after, e.idempotency_key, e.description, e.created_at, \
+    e.counterparty_account_id, e.refunded_entry_id, e.hold_id, e.post_leg, \
+    c.first_sequence + e.commit_pos AS sequence";
+
+/// Entries with their commits, numbered or not.
+const WITH_COMMITS: &str = "entries e LEFT JOIN stream_commits c ON c.commit_id = e.commit_id";
 
 impl FullRow {
     fn into_entry(self) -> Result<(u64, Entry), Error> {
@@ -171,7 +180,7 @@ impl FullRow {
 /// Reads one entry outside any transaction.
 pub(crate) async fn find(conn: &mut Conn, id: EntryId) -> Result<Option<Entry>, Error> {
     let sql = Sql::new(format!(
-        "SELECT {FULL_COLUMNS} FROM entries WHERE entry_id = ?"
+        "SELECT {FULL_COLUMNS} FROM {WITH_COMMITS} WHERE e.entry_id = ?"
     ))
     .bind(Bind::U64(id.get()));
     let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
@@ -190,8 +199,8 @@ pub(crate) async fn page(
     limit: u32,
 ) -> Result<Vec<(u64, Entry)>, Error> {
     let sql = Sql::new(format!(
-        "SELECT {FULL_COLUMNS} FROM entries WHERE account_id = ? AND account_seq > ? \
-         ORDER BY account_seq LIMIT ?"
+        "SELECT {FULL_COLUMNS} FROM {WITH_COMMITS} WHERE e.account_id = ? \
+         AND e.account_seq > ? ORDER BY e.account_seq LIMIT ?"
     ))
     .bind(Bind::U64(account.get()))
     .bind(Bind::U64(after))
@@ -200,48 +209,108 @@ pub(crate) async fn page(
     rows.into_iter().map(FullRow::into_entry).collect()
 }
 
-/// Up to `limit` numbered entries with a sequence in `after + 1 ..= through`, in
-/// sequence order: every account's (on `entries_sequence`), or only `account`'s
-/// (on `entries_by_account_sequence`).
+/// Up to `limit` numbered entries, every account's, with a sequence in
+/// `after + 1 ..= through`, in sequence order.
 pub(crate) async fn numbered(
     conn: &mut Conn,
-    account: Option<AccountId>,
     after: u64,
     through: u64,
     limit: u32,
 ) -> Result<Vec<Entry>, Error> {
-    let sql = numbered_sql(account, after, through, limit);
-    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
+    let sql = numbered_sql(after, through, limit);
+    let mut rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
+    rows.sort_unstable_by_key(|row| row.sequence);
     rows.into_iter()
         .map(|row| row.into_entry().map(|(_, entry)| entry))
         .collect()
 }
 
-/// The statement of [`numbered`].
-pub(crate) fn numbered_sql(
-    account: Option<AccountId>,
-    after: u64,
+/// The statement of [`numbered`]: the commits whose numbers meet the range
+/// (from the one that holds `after + 1`, on `stream_commits_sequence`), and
+/// their entries (on `entries_commit`). Sequences are contiguous, so the range
+/// holds at most `limit` entries, and the commits it meets hold it whole; the
+/// caller puts them in order (a sort by the second table's column would sort
+/// every row the join reads, in the database).
+pub(crate) fn numbered_sql(after: u64, through: u64, limit: u32) -> Sql<'static> {
+    let last = through.min(after.saturating_add(u64::from(limit)));
+    Sql::new(format!(
+        "SELECT {FULL_COLUMNS} FROM stream_commits c STRAIGHT_JOIN entries e \
+         ON e.commit_id = c.commit_id \
+         WHERE c.first_sequence >= (SELECT COALESCE(MAX(first_sequence), 0) \
+           FROM stream_commits WHERE first_sequence <= ?) \
+         AND c.first_sequence <= ? \
+         AND c.first_sequence + e.commit_pos > ? AND c.first_sequence + e.commit_pos <= ?"
+    ))
+    .bind(Bind::U64(after.saturating_add(1)))
+    .bind(Bind::U64(last))
+    .bind(Bind::U64(after))
+    .bind(Bind::U64(last))
+}
+
+/// Where a page of one account's numbered entries starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum After {
+    /// After its entries numbered up to this sequence.
+    Sequence(u64),
+    /// After this place in its journal (`account_seq`).
+    Place(u64),
+}
+
+/// Up to `limit` numbered entries of `account` after `after`, with sequences up
+/// to `through`, in its journal's order (which is their sequence order), each
+/// with its place in the journal.
+pub(crate) async fn numbered_of(
+    conn: &mut Conn,
+    account: AccountId,
+    after: After,
+    through: u64,
+    limit: u32,
+) -> Result<Vec<(u64, Entry)>, Error> {
+    let sql = numbered_of_sql(account, after, through, limit);
+    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
+    rows.into_iter().map(FullRow::into_entry).collect()
+}
+
+/// The statement of [`numbered_of`], on the journal's index
+/// (`entries_account_seq`). An account's numbered entries come first in its
+/// journal, so the place after a sequence is found walking the journal back from
+/// its end to the last entry numbered up to it: as many entries as the stream
+/// then sends, and the unnumbered few.
+pub(crate) fn numbered_of_sql(
+    account: AccountId,
+    after: After,
     through: u64,
     limit: u32,
 ) -> Sql<'static> {
-    let sql = match account {
-        None => Sql::new(format!(
-            "SELECT {FULL_COLUMNS} FROM entries WHERE sequence > ? AND sequence <= ? \
-             ORDER BY sequence LIMIT ?"
-        )),
-        Some(account) => Sql::new(format!(
-            "SELECT {FULL_COLUMNS} FROM entries WHERE account_id = ? AND sequence > ? \
-             AND sequence <= ? ORDER BY sequence LIMIT ?"
-        ))
-        .bind(Bind::U64(account.get())),
+    let from = match after {
+        After::Place(place) => Sql::new("?").bind(Bind::U64(place)),
+        After::Sequence(0) => Sql::new("0"),
+        After::Sequence(sequence) => Sql::new(
+            "COALESCE((SELECT x.account_seq FROM entries x FORCE INDEX (entries_account_seq) \
+             STRAIGHT_JOIN stream_commits y ON y.commit_id = x.commit_id \
+             WHERE x.account_id = ? AND y.first_sequence + x.commit_pos <= ? \
+             ORDER BY x.account_seq DESC LIMIT 1), 0)",
+        )
+        .bind(Bind::U64(account.get()))
+        .bind(Bind::U64(sequence)),
     };
-    sql.bind(Bind::U64(after))
-        .bind(Bind::U64(through))
-        .bind(Bind::U64(u64::from(limit)))
+    Sql::new(format!(
+        "SELECT {FULL_COLUMNS} FROM entries e FORCE INDEX (entries_account_seq) \
+         STRAIGHT_JOIN stream_commits c ON c.commit_id = e.commit_id \
+         WHERE e.account_id = ? AND e.account_seq > "
+    ))
+    .bind(Bind::U64(account.get()))
+    .append(from)
+    .append(
+        Sql::new(" AND c.first_sequence + e.commit_pos <= ? ORDER BY e.account_seq LIMIT ?")
+            .bind(Bind::U64(through))
+            .bind(Bind::U64(u64::from(limit))),
+    )
 }
 
 /// The statement of [`highest_sequence`].
-pub(crate) const HIGHEST_SQL: &str = "SELECT MAX(sequence) AS sequence FROM entries";
+pub(crate) const HIGHEST_SQL: &str =
+    "SELECT next_sequence - 1 AS sequence FROM ledger_stream WHERE id = 1";
 
 #[derive(Debug, QueryableByName)]
 struct Highest {
@@ -249,9 +318,9 @@ struct Highest {
     sequence: Option<u64>,
 }
 
-/// The highest sequence assigned (0: none yet). Sequences are assigned as a
-/// contiguous prefix, each round in one transaction, so every entry up to it is
-/// visible to any later read.
+/// The highest sequence assigned (0: none yet). Each round numbers the commits
+/// after the last one and moves `next_sequence` past them in one transaction,
+/// so every entry up to it is visible to any later read.
 pub(crate) async fn highest_sequence(conn: &mut Conn) -> Result<u64, Error> {
     let sql = Sql::new(HIGHEST_SQL);
     let rows: Vec<Highest> = crate::db::conn::tx::load(conn, sql).await?;
@@ -264,16 +333,19 @@ pub(crate) async fn highest_sequence(conn: &mut Conn) -> Result<u64, Error> {
 
 const INSERT_COLUMNS: &str = "entry_id, account_id, account_seq, leg, post_leg, kind, amount, \
     currency, balance_after, namespace, idempotency_key, description, created_at, \
-    counterparty_account_id, refunded_entry_id, hold_id";
+    counterparty_account_id, refunded_entry_id, hold_id, commit_id, commit_pos";
 
-/// The column values of new entries, one `(...)` row each; `key_of` gives the key
-/// of the call that created each.
+/// The column values of one transaction's new entries, one `(...)` row each, in
+/// the order it applied them (their places in its commit, `commits`); `key_of`
+/// gives the key of the call that created each.
 pub(crate) fn values<'k>(
     new: &[NewEntry],
     key_of: impl Fn(usize) -> Option<&'k ScopedKey>,
 ) -> Result<Vec<String>, Error> {
+    let commit = super::commits::commit_id(new).unwrap_or_default();
     new.iter()
-        .map(|n| {
+        .enumerate()
+        .map(|(pos, n)| {
             let key =
                 key_of(n.call).ok_or_else(|| Error::internal("an entry of an unknown call"))?;
             let e = &n.entry;
@@ -281,7 +353,7 @@ pub(crate) fn values<'k>(
                 "{id}, {account}, {seq}, {leg}, {post_leg}, {kind}, {amount}, \
                  CONVERT({currency} USING ascii), \
                  {balance}, {namespace}, {key}, {description}, {created}, {counterparty}, \
-                 {refunded}, {hold}",
+                 {refunded}, {hold}, {commit}, {pos}",
                 id = e.id,
                 account = e.account_id,
                 seq = n.seq,

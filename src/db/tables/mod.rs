@@ -2,7 +2,8 @@
 //! and how a row becomes a domain value. The tables build only on the connection
 //! layer (`conn`); the executor above them (`exec`) combines them.
 //!
-//! - `accounts`, `entries`, `holds`: the ledger's own rows.
+//! - `accounts`, `entries`, `holds`: the ledger's own rows; `commits`: each
+//!   writing transaction's place in the change stream, which numbers its entries.
 //! - `idempotency`: the key rows, the probe that claims a key and the stored
 //!   outcomes; `effects`: what a key changed, found through the rows that carry it.
 //!   Both are tables the executor and the key look-up read alike, so they live
@@ -13,6 +14,7 @@
 //! [`Persistence`]: crate::db::Persistence
 
 pub(crate) mod accounts;
+pub(crate) mod commits;
 pub(crate) mod effects;
 pub(crate) mod entries;
 pub(crate) mod holds;

@@ -27,6 +27,7 @@ use tail::{Batch, Membership};
 
 use super::Persistence;
 use crate::call::Call;
+use crate::db::tables::entries::After;
 use crate::db::tables::{accounts, entries};
 use crate::error::Error;
 use crate::ledger::{AccountId, Entry};
@@ -62,6 +63,7 @@ impl Persistence {
             tail: self.inner.tail.clone(),
             account,
             cursor: after,
+            place: None,
             out,
             _membership: membership,
         };
@@ -87,6 +89,9 @@ struct Watcher {
     account: Option<AccountId>,
     /// The last sequence scanned.
     cursor: u64,
+    /// For an account's stream, while it pages: the place in the account's
+    /// journal of the last entry it sent (`None`: found from the cursor).
+    place: Option<u64>,
     out: mpsc::Sender<Result<Entry, Error>>,
     _membership: Membership,
 }
@@ -130,6 +135,8 @@ impl Watcher {
     /// watcher subscribes to the tail and reads one more page, so nothing numbered
     /// between that page and its subscription is missed.
     async fn catch_up(&mut self) -> Result<broadcast::Receiver<Batch>, Stop> {
+        // What the tail sent since the last page moved the cursor.
+        self.place = None;
         let mut subscribed = None;
         loop {
             let reached = self.page().await?;
@@ -149,7 +156,19 @@ impl Watcher {
         self.tail.counted_read();
         let highest = entries::highest_sequence(&mut conn).await?;
         self.tail.counted_read();
-        let page = entries::numbered(&mut conn, self.account, self.cursor, highest, PAGE).await?;
+        let page = match self.account {
+            None => entries::numbered(&mut conn, self.cursor, highest, PAGE).await?,
+            Some(account) => {
+                let after = self
+                    .place
+                    .map_or(After::Sequence(self.cursor), After::Place);
+                let page = entries::numbered_of(&mut conn, account, after, highest, PAGE).await?;
+                if let Some((place, _)) = page.last() {
+                    self.place = Some(*place);
+                }
+                page.into_iter().map(|(_, entry)| entry).collect()
+            }
+        };
         drop(conn);
         let reached = page.len() < PAGE as usize;
         for entry in page {

@@ -253,7 +253,7 @@ async fn read(tail: &Tail, db: &Persistence, last: &mut Option<u64>) -> Result<b
     };
     *last = Some(after);
     tail.counted_read();
-    let found = entries::numbered(&mut conn, None, after, u64::MAX, BATCH_LIMIT).await?;
+    let found = entries::numbered(&mut conn, after, u64::MAX, BATCH_LIMIT).await?;
     drop(conn);
     let full = found.len() == BATCH_LIMIT as usize;
     // Numbering commits a contiguous prefix, so what a read finds follows `after`
