@@ -79,8 +79,11 @@ pub const LEASE: Duration = Duration::from_secs(3);
 /// How often a candidate takes or renews the lease: a third of it, so two
 /// renewals can fail before it runs out.
 const RENEW_EVERY: Duration = Duration::from_secs(1);
-/// The least time between the starts of two rounds.
-const MIN_GAP: Duration = Duration::from_millis(5);
+/// The least time between the starts of two rounds. Each round costs the
+/// database a few statements and a durable COMMIT, however many commits it
+/// numbers, so under load this sets the assigner's cost; about half of it is
+/// the stream's median lag.
+const MIN_GAP: Duration = Duration::from_millis(10);
 /// Between rounds while they find nothing and no local writer commits: entries
 /// written through other instances wait at most about this long.
 const IDLE_TICK: Duration = Duration::from_millis(20);
