@@ -17,8 +17,12 @@ CREATE TABLE stream_commits (
     accounts        MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     created_at      DATETIME(6) NOT NULL,
     PRIMARY KEY (commit_id),
-    UNIQUE KEY stream_commits_sequence (first_sequence),
-    KEY stream_commits_pending (first_sequence, created_at),
+    -- One index for both reads: its NULLs, by instant, are the commits to number;
+    -- the rest, by number, are the stream. Not UNIQUE: only the assigner writes
+    -- numbers, each round guarded by the next_sequence it read, and a unique
+    -- index would cost every commit a second index entry to write and move;
+    -- `ledger audit` checks that the numbers run without a hole or an overlap.
+    KEY stream_commits_sequence (first_sequence, created_at),
     CONSTRAINT stream_commits_not_empty CHECK (entry_count > 0)
 ) ENGINE = InnoDB;
 

@@ -128,7 +128,7 @@ async fn assert_stream_reads_indexed(db: &TestDb, accounts: &[u64]) {
     let reads: [(String, &[(&str, &str)]); 2] = [
         (
             ledger::db::stream::unnumbered_sql(ledger::db::stream::ROUND_LIMIT),
-            &[("stream_commits", "stream_commits_pending")],
+            &[("stream_commits", "stream_commits_sequence")],
         ),
         (
             ledger::db::stream::numbered_sql(&predecessors),

@@ -182,13 +182,13 @@ struct Numbered {
     account_id: u64,
 }
 
-/// The read of a round's unnumbered commits: through the index of pending
-/// commits, whose NULLs are exactly the commits to number, however the
+/// The read of a round's unnumbered commits: through the index of numbers,
+/// whose NULLs, by instant, are exactly the commits to number, however the
 /// statistics count them.
 pub fn unnumbered_sql(limit: u64) -> String {
     format!(
         "SELECT commit_id, CAST(entry_count AS UNSIGNED) AS entry_count, accounts, created_at, \
-         UTC_TIMESTAMP(6) AS now FROM stream_commits FORCE INDEX (stream_commits_pending) \
+         UTC_TIMESTAMP(6) AS now FROM stream_commits FORCE INDEX (stream_commits_sequence) \
          WHERE first_sequence IS NULL ORDER BY created_at, commit_id LIMIT {limit}"
     )
 }
