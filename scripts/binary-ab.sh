@@ -4,6 +4,8 @@
 #
 #   scripts/binary-ab.sh BEFORE AFTER     two `ledger` binaries (e.g. one built from
 #                                         the commit before a change, one after)
+#   BEFORE_ARGS="--batch-writers 4" AFTER_ARGS="--batch-writers 1" \
+#     scripts/binary-ab.sh BIN BIN          one binary, two settings
 #
 # One private MariaDB/MySQL (scripts/lib/private-serve.sh, started by BEFORE) serves
 # both, each on a database of its own (its migrations applied by its own binary;
@@ -12,8 +14,9 @@
 # `ledger bench --cpu-of`: the service's, the database server's and the load
 # generator's CPU per measured call, over the measured calls only.
 #
-# Environment: SCENARIOS ("unique hot-merchant transfer post"), ROUNDS (3), SECS
-# (10), CONCURRENCY (16), ACCOUNTS (10000).
+# Environment: SCENARIOS ("unique hot-merchant transfer post"; NAME@N runs NAME at
+# concurrency N), ROUNDS (3), SECS (10), CONCURRENCY (16), ACCOUNTS (10000),
+# BEFORE_ARGS and AFTER_ARGS (extra `ledger serve` arguments of each side).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +32,10 @@ scenarios=${SCENARIOS:-unique hot-merchant transfer post}
 fail() { echo "binary-ab: $*" >&2; exit 1; }
 log() { printf '== %s\n' "$*" >&2; }
 
-serve_args=()
+# shellcheck disable=SC2206
+serve_args=(${BEFORE_ARGS:-})
+# shellcheck disable=SC2206
+after_args=(${AFTER_ARGS:-})
 LEDGER_BIN=$before_bin
 # shellcheck source=scripts/lib/private-serve.sh
 . scripts/lib/private-serve.sh
@@ -40,7 +46,7 @@ after_url=${db_url%/*}/ledger_ab_after
 "$after_bin" migrate --database-url "$after_url" >/dev/null
 after_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 RUST_LOG=warn "$after_bin" serve --listen "127.0.0.1:$after_port" --database-url "$after_url" \
-  --pool-size 32 >"$work/after.log" 2>&1 &
+  --pool-size 32 "${after_args[@]}" >"$work/after.log" 2>&1 &
 after_server=$!
 trap 'kill $server $after_server 2>/dev/null; wait $server $after_server 2>/dev/null; rm -rf "$work"' EXIT
 wait_serving "$after_port" "$after_server" "$work/after.log"
@@ -49,10 +55,11 @@ results=$work/results.jsonl
 measure() { # round side scenario
   local round=$1 side=$2 name=$3 url=$target database=$db_url pid=$server
   [ "$side" = after ] && { url=http://127.0.0.1:$after_port; database=$after_url; pid=$after_server; }
-  local line
+  local line scenario=${name%@*} c=$conc
+  [ "$scenario" != "$name" ] && c=${name#*@}
   # The same load generator for both sides: AFTER's (`--cpu-of` is newer than some builds).
-  line=$("$after_bin" bench --target "$url" --concurrency "$conc" --accounts "$accounts" --duration "${secs}s" \
-           --warmup 2s --json --database-url "$database" --scenario "$name" \
+  line=$("$after_bin" bench --target "$url" --concurrency "$c" --accounts "$accounts" --duration "${secs}s" \
+           --warmup 2s --json --database-url "$database" --scenario "$scenario" \
            --cpu-of "service=$pid" --cpu-of "database=$db_pid") || fail "$side $name failed"
   python3 - "$line" "$round" "$side" "$name" >>"$results" <<'PY' || fail "$side $name: $line"
 import json, sys
@@ -72,7 +79,8 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
-python3 - "$results" "$rounds" "$flavor" "$conc" "$accounts" "$scenarios" <<'PY'
+python3 - "$results" "$rounds" "$flavor" "$conc" "$accounts" "$scenarios" \
+  "$before_bin" "${BEFORE_ARGS:-}" "$after_bin" "${AFTER_ARGS:-}" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rounds, flavor, conc, accounts, scenarios = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6].split()
@@ -84,7 +92,8 @@ def spread(values, fmt):
 def cpu(r):
     c = r["cpu_ms_per_call"]
     return c["service"], c["database"], c["bench"], c["service"] + c["database"] + c["bench"]
-print(f"{flavor}, concurrency {conc}, {accounts} accounts, {rounds} rounds; median (min-max)\n")
+print(f"{flavor}, concurrency {conc} (NAME@N: N), {accounts} accounts, {rounds} rounds; median (min-max)")
+print(f"before: {sys.argv[7]} {sys.argv[8]}\nafter:  {sys.argv[9]} {sys.argv[10]}\n")
 print(f"{'':<34} {'before':>26} {'after':>26} {'after / before':>24}")
 for name in scenarios:
     b = [get[(r, "before", name)] for r in R]
@@ -95,6 +104,9 @@ for name in scenarios:
     print(f"{name + ' calls/s':<34} {spread([r['calls_per_second'] for r in b], rate):>26} "
           f"{spread([r['calls_per_second'] for r in a], rate):>26} "
           f"{spread([ar['calls_per_second'] / br['calls_per_second'] for ar, br in zip(a, b)], x):>24}")
+    print(f"{'  p50 ms':<34} {spread([r['p50_ms'] for r in b], ms):>26} "
+          f"{spread([r['p50_ms'] for r in a], ms):>26} "
+          f"{spread([ar['p50_ms'] / br['p50_ms'] for ar, br in zip(a, b)], x):>24}")
     for i, part in enumerate(("service", "database", "bench", "total")):
         print(f"{'  CPU ms/call, ' + part:<34} {spread([cpu(r)[i] for r in b], ms):>26} "
               f"{spread([cpu(r)[i] for r in a], ms):>26} "

@@ -199,7 +199,8 @@ impl Writer {
 
     /// Serves a batch, in this task while it takes at most the stall bound (a
     /// lone call crosses no more tasks than without group commit), then in one of
-    /// its own. Tracked either way, so shutdown waits for it to commit or roll
+    /// its own; in one of its own at once when a full batch is already waiting,
+    /// so a backlog is served by several batches at a time. Tracked either way, so shutdown waits for it to commit or roll
     /// back. A panic is caught, so the writer goes on (its members are answered as
     /// dropped).
     async fn serve(&mut self, db: Persistence, batch: Vec<Member>) {
@@ -214,19 +215,22 @@ impl Writer {
                 tracing::error!("a batch panicked; its calls were dropped");
             }
         }));
-        tokio::select! {
-            () = &mut served => {}
-            () = tokio::time::sleep(self.stall) => {
-                let id = self.next_id;
-                self.next_id += 1;
-                self.stalled.push(Stalled { id, names: named });
-                metrics::batch_stalled();
-                let ended = self.ended.clone();
-                tasks.spawn(async move {
-                    served.await;
-                    let _ = ended.send(id);
-                });
+        // A full batch already waits: the database has room for two, so this
+        // one runs on alone at once, as a stalled one does.
+        let backlogged = self.waiting.load(Ordering::SeqCst) >= MAX_BATCH;
+        if !backlogged {
+            tokio::select! {
+                () = &mut served => return,
+                () = tokio::time::sleep(self.stall) => metrics::batch_stalled(),
             }
         }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.stalled.push(Stalled { id, names: named });
+        let ended = self.ended.clone();
+        tasks.spawn(async move {
+            served.await;
+            let _ = ended.send(id);
+        });
     }
 }
