@@ -110,6 +110,11 @@ pub struct BenchArgs {
     /// --database-url, and counts whatever else that server runs meanwhile)
     #[arg(long, requires = "database_url")]
     pub status: bool,
+    /// Run this shell command when the measured calls start (after the set-up
+    /// and the warm-up), and wait for it to end before reporting: a profiler
+    /// that samples the measured calls only
+    #[arg(long, value_name = "COMMAND")]
+    pub during: Option<String>,
 }
 
 /// What one operation of a worker does.
@@ -740,6 +745,8 @@ fn choose(plan: &Plan) -> anyhow::Result<(Op, u64)> {
 struct Samplers {
     cpu: tokio::task::JoinHandle<anyhow::Result<Vec<(String, Duration)>>>,
     counters: Option<tokio::task::JoinHandle<anyhow::Result<BTreeMap<String, u64>>>>,
+    /// `--during`'s command.
+    during: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
 impl Samplers {
@@ -756,6 +763,10 @@ impl Samplers {
         Self {
             cpu: tokio::spawn(cpu::over(watched, from, to)),
             counters,
+            during: args
+                .during
+                .clone()
+                .map(|command| tokio::spawn(during(command, from))),
         }
     }
 
@@ -765,8 +776,24 @@ impl Samplers {
             Some(counters) => counters.await??,
             None => BTreeMap::new(),
         };
+        if let Some(during) = self.during {
+            during.await??;
+        }
         Ok((cpu, counters))
     }
+}
+
+/// Runs `command` with `sh -c` from `from` until it ends.
+async fn during(command: String, from: Instant) -> anyhow::Result<()> {
+    tokio::time::sleep_until(from).await;
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .status()
+        .await
+        .with_context(|| format!("cannot run {command:?}"))?;
+    anyhow::ensure!(status.success(), "{command:?} failed: {status}");
+    Ok(())
 }
 
 /// An account other than `not` (itself when it is the only one).
