@@ -145,8 +145,8 @@ pub struct ServeArgs {
 
     /// Group commit: writers, each serving the keyed calls of a share of the accounts
     /// in batches; calls that arrive while a writer is busy form its next batch, and
-    /// a writer with a full batch waiting runs several at once. 0: one transaction
-    /// per call
+    /// a writer with a backlog runs several batches at once. 0: one transaction per
+    /// call
     #[arg(long, env = "LEDGER_BATCH_WRITERS", default_value_t = 1,
         value_parser = clap::value_parser!(u32).range(0..=256))]
     pub batch_writers: u32,
