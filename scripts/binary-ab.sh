@@ -16,7 +16,9 @@
 #
 # Environment: SCENARIOS ("unique hot-merchant transfer post"; NAME@N runs NAME at
 # concurrency N), ROUNDS (3), SECS (10), CONCURRENCY (16), ACCOUNTS (10000),
-# BEFORE_ARGS and AFTER_ARGS (extra `ledger serve` arguments of each side).
+# BEFORE_ARGS and AFTER_ARGS (extra `ledger serve` arguments of each side),
+# RATIOS (e.g. "post/hot-merchant": each side's calls/s of one scenario over
+# another's, round by round).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -80,7 +82,7 @@ for round in $(seq 1 "$rounds"); do
 done
 
 python3 - "$results" "$rounds" "$flavor" "$conc" "$accounts" "$scenarios" \
-  "$before_bin" "${BEFORE_ARGS:-}" "$after_bin" "${AFTER_ARGS:-}" <<'PY'
+  "$before_bin" "${BEFORE_ARGS:-}" "$after_bin" "${AFTER_ARGS:-}" "${RATIOS:-}" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rounds, flavor, conc, accounts, scenarios = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6].split()
@@ -111,5 +113,9 @@ for name in scenarios:
         print(f"{'  CPU ms/call, ' + part:<34} {spread([cpu(r)[i] for r in b], ms):>26} "
               f"{spread([cpu(r)[i] for r in a], ms):>26} "
               f"{spread([cpu(ar)[i] / cpu(br)[i] for ar, br in zip(a, b)], x):>24}")
+for ratio in sys.argv[11].split():
+    top, bottom = ratio.split("/")
+    each = lambda side: [get[(r, side, top)]["calls_per_second"] / get[(r, side, bottom)]["calls_per_second"] for r in R]
+    print(f"{ratio + ' calls/s':<34} {spread(each('before'), x):>26} {spread(each('after'), x):>26}")
 print("\n(CPU per measured call, over the measured calls only, from /proc; every scenario ended with its journal check)")
 PY

@@ -110,9 +110,9 @@ impl LedgerService {
                 answer(&serving.call, self.db.execute(&serving.call, key, command)).await
             }
             .await;
+            let replayed = answer.as_ref().is_ok_and(|keyed| keyed.replayed);
             let rendered = match answer {
                 Ok(keyed) => {
-                    tracing::Span::current().record("replayed", keyed.replayed);
                     if keyed.replayed {
                         metrics::replay(name);
                     }
@@ -125,7 +125,7 @@ impl LedgerService {
                     Err(fail(&e))
                 }
             };
-            finish(name, started, rendered.as_ref().map(drop));
+            finish(name, started, rendered.as_ref().map(drop), replayed);
             rendered
         };
         work.instrument(span).await
@@ -151,7 +151,7 @@ impl LedgerService {
             }
             .await;
             let rendered = answer.map(Response::new).map_err(|e| fail(&e));
-            finish(name, started, rendered.as_ref().map(drop));
+            finish(name, started, rendered.as_ref().map(drop), false);
             rendered
         };
         work.instrument(span).await
@@ -178,7 +178,7 @@ impl LedgerService {
             let rendered = opened
                 .map(|entries| Response::new(entry_stream(entries)))
                 .map_err(|e| fail(&e));
-            finish(NAME, started, rendered.as_ref().map(drop));
+            finish(NAME, started, rendered.as_ref().map(drop), false);
             rendered
         };
         work.instrument(span).await
@@ -290,18 +290,18 @@ fn rpc_span(method: &'static str) -> tracing::Span {
         "rpc",
         method,
         key = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-        error = tracing::field::Empty,
-        replayed = tracing::field::Empty
+        error = tracing::field::Empty
     )
 }
 
-/// Records the outcome code and latency of a finished RPC.
-fn finish(method: &'static str, started: Instant, answer: Result<(), &Status>) {
+/// Records the outcome code and latency of a finished RPC. The outcome goes on
+/// the closing event rather than the span: recording a field on a span makes a
+/// formatting subscriber format all of them again, on every call, and no event
+/// follows it.
+fn finish(method: &'static str, started: Instant, answer: Result<(), &Status>, replayed: bool) {
     let code = answer.err().map_or(Code::Ok, Status::code);
-    tracing::Span::current().record("outcome", tracing::field::debug(code));
     metrics::rpc(method, code, started.elapsed());
-    tracing::debug!("rpc done");
+    tracing::debug!(outcome = ?code, replayed, "rpc done");
 }
 
 fn fail(error: &Error) -> Status {
