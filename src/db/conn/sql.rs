@@ -121,30 +121,91 @@ impl Query for Sql<'_> {
 /// here, a few hundred bytes per call, so each byte is two digits pushed
 /// rather than a formatting call.
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
     let mut out = String::with_capacity(bytes.len() * 2 + 3);
+    push_hex(&mut out, bytes);
+    out
+}
+
+/// [`hex`], written onto the end of `out`.
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
+    out.reserve(bytes.len() * 2 + 3);
     out.push_str("x'");
     for &b in bytes {
         out.push(digit(b >> 4));
         out.push(digit(b & 0x0f));
     }
     out.push('\'');
-    out
 }
 
 /// A UTF-8 string as a literal of the given character set.
 pub(crate) fn text(value: &str, charset: &str) -> String {
-    format!("CONVERT({} USING {charset})", hex(value.as_bytes()))
+    let mut out = String::new();
+    push_text(&mut out, value, charset);
+    out
 }
 
-/// A `DATETIME(6)` literal of a UTC instant.
+/// [`text`], written onto the end of `out`.
+pub(crate) fn push_text(out: &mut String, value: &str, charset: &str) {
+    out.push_str("CONVERT(");
+    push_hex(out, value.as_bytes());
+    out.push_str(" USING ");
+    out.push_str(charset);
+    out.push(')');
+}
+
+/// A `DATETIME(6)` literal of a UTC instant: `'2026-12-02 13:41:50.695311'`.
 pub(crate) fn datetime(at: DateTime<Utc>) -> String {
-    format!("'{}'", at.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f"))
+    let mut out = String::with_capacity(28);
+    push_datetime(&mut out, at);
+    out
 }
 
-/// `id` of an optional id, or `NULL`.
-pub(crate) fn nullable(id: Option<u64>) -> String {
-    id.map_or_else(|| "NULL".to_owned(), |id| id.to_string())
+/// [`datetime`], written onto the end of `out`, digit by digit: a batch writes
+/// one for each row, and chrono's formatter reads its pattern every time. An
+/// instant a four-digit year cannot hold, or a leap second, takes chrono's way.
+pub(crate) fn push_datetime(out: &mut String, at: DateTime<Utc>) {
+    use chrono::{Datelike as _, Timelike as _};
+    let t = at.naive_utc();
+    let year = u32::try_from(t.year()).ok().filter(|year| *year <= 9999);
+    let nanos = t.nanosecond();
+    let Some(year) = year.filter(|_| nanos < 1_000_000_000) else {
+        let _ = write!(out, "'{}'", t.format("%Y-%m-%d %H:%M:%S%.6f"));
+        return;
+    };
+    let digits = |out: &mut String, n: u32, width: u32| {
+        for place in (0..width).rev() {
+            let d = n / 10u32.pow(place) % 10;
+            out.push(char::from_digit(d, 10).unwrap_or('0'));
+        }
+    };
+    let fields = [
+        (year, 4, '-'),
+        (t.month(), 2, '-'),
+        (t.day(), 2, ' '),
+        (t.hour(), 2, ':'),
+        (t.minute(), 2, ':'),
+        (t.second(), 2, '.'),
+    ];
+    out.push('\'');
+    for (value, width, then) in fields {
+        digits(out, value, width);
+        out.push(then);
+    }
+    digits(out, nanos / 1000, 6);
+    out.push('\'');
+}
+
+/// An optional id as a literal: the id, or `NULL`.
+pub(crate) struct OrNull(pub(crate) Option<u64>);
+
+impl std::fmt::Display for OrNull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(id) => write!(f, "{id}"),
+            None => f.write_str("NULL"),
+        }
+    }
 }
 
 /// `INSERT INTO table (columns)` of `rows` (each the values of one row). Guarded,
@@ -190,6 +251,34 @@ mod tests {
         assert_eq!(
             hex(b"'; DROP TABLE accounts; --"),
             "x'273b2044524f50205441424c45206163636f756e74733b202d2d'"
+        );
+    }
+
+    #[test]
+    fn date_times_are_written_as_chrono_writes_them() {
+        use chrono::TimeZone as _;
+        let chrono =
+            |at: DateTime<Utc>| format!("'{}'", at.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f"));
+        let mut instants = vec![
+            Utc.with_ymd_and_hms(2026, 12, 2, 13, 41, 50).unwrap(),
+            Utc.with_ymd_and_hms(1000, 1, 1, 0, 0, 0).unwrap(),
+            Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).unwrap(),
+            Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap(),
+            Utc.with_ymd_and_hms(-1, 1, 1, 0, 0, 0).unwrap(),
+        ];
+        for micros in [0, 1, 999_999, 123_456, 500_000] {
+            instants.push(instants[0] + chrono::Duration::microseconds(micros));
+        }
+        instants.push(instants[0] + chrono::Duration::nanoseconds(999));
+        for n in 0..1000_i64 {
+            instants.push(instants[0] + chrono::Duration::microseconds(n * 7_919_737_213));
+        }
+        for at in instants {
+            assert_eq!(datetime(at), chrono(at), "{at:?}");
+        }
+        assert_eq!(
+            datetime(Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()),
+            "'2026-01-02 03:04:05.000000'"
         );
     }
 
