@@ -104,6 +104,24 @@ async fn metrics_count_calls_replays_reuses_lock_waits_and_retries() {
         "{m:?}"
     );
     assert_eq!(value("ledger_db_up"), 1);
+    // An attempt that commits has claimed its keys once, and locked and decided
+    // (again, if a call left before COMMIT): at least the OpenAccount, the Credit
+    // and the charge that took effect committed.
+    let phase = |name: &str| {
+        value(&format!(
+            r#"ledger_transaction_phase_seconds_count{{phase="{name}"}}"#
+        ))
+    };
+    let (claim, lock, decide, commit) = (
+        phase("claim"),
+        phase("lock"),
+        phase("decide"),
+        phase("commit"),
+    );
+    assert!(
+        commit >= 3 && decide >= commit && lock >= decide && claim >= commit,
+        "claim {claim}, lock {lock}, decide {decide}, commit {commit}: {m:?}"
+    );
     assert_eq!(
         value(r#"ledger_rpcs_total{method="WatchEntries",code="OK"}"#),
         1

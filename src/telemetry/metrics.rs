@@ -16,6 +16,7 @@ const POOL_CONNECTIONS: &str = "ledger_db_pool_connections";
 const DB_UP: &str = "ledger_db_up";
 const NODE_TAKES_WRITES: &str = "ledger_node_takes_writes";
 const BATCH_CALLS: &str = "ledger_batch_calls";
+const PHASE_SECONDS: &str = "ledger_transaction_phase_seconds";
 const BATCH_SPLITS: &str = "ledger_batch_splits_total";
 const BATCH_WAITING: &str = "ledger_batch_waiting_calls";
 const BATCH_STALLS: &str = "ledger_batch_stalls_total";
@@ -33,6 +34,14 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Transaction phase buckets, in seconds: a round trip takes a tenth of a
+/// millisecond or more, a batch's writes a few milliseconds, a lock wait up to the
+/// configured bound.
+const PHASE_BUCKETS: &[f64] = &[
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
 /// Stream lag buckets, in seconds: a round follows a local commit within
 /// milliseconds, one through another instance within the idle tick, and a
 /// killed assigner's entries within its lease.
@@ -47,6 +56,10 @@ pub fn install(addr: SocketAddr) -> anyhow::Result<()> {
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Full(RPC_SECONDS.into()),
             LATENCY_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full(PHASE_SECONDS.into()),
+            PHASE_BUCKETS,
         )?
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Full(STREAM_LAG.into()),
@@ -84,6 +97,11 @@ fn describe() {
     describe_histogram!(
         BATCH_CALLS,
         "keyed calls served by one group-commit transaction"
+    );
+    describe_histogram!(
+        PHASE_SECONDS,
+        metrics::Unit::Seconds,
+        "each phase of a keyed transaction attempt, lone or batched: claim (the entries and holds its calls name found, its keys probed), lock (what its calls need, locked and read), decide (its calls decided and its writes written out), commit (the writes and COMMIT)"
     );
     describe_counter!(
         BATCH_SPLITS,
@@ -153,6 +171,35 @@ pub fn pool(idle: u32, in_use: u32) {
 #[expect(clippy::cast_precision_loss, reason = "a batch holds at most 64 calls")]
 pub fn batch(calls: usize) {
     histogram!(BATCH_CALLS).record(calls as f64);
+}
+
+/// A phase of a keyed transaction attempt (see [`Phase`]), and how long it took.
+pub fn transaction_phase(phase: Phase, elapsed: Duration) {
+    histogram!(PHASE_SECONDS, "phase" => phase.name()).record(elapsed.as_secs_f64());
+}
+
+/// The phases of a keyed transaction attempt, in order.
+#[derive(Debug, Clone, Copy)]
+pub enum Phase {
+    /// Finding the entries and holds its calls name, and probing their keys.
+    Claim,
+    /// Locking and reading what its new calls need.
+    Lock,
+    /// Deciding each call and writing out the batch of writes.
+    Decide,
+    /// The writes and COMMIT, one round trip.
+    Commit,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Claim => "claim",
+            Self::Lock => "lock",
+            Self::Decide => "decide",
+            Self::Commit => "commit",
+        }
+    }
 }
 
 /// `calls` more (or, negative, fewer) calls wait for a group-commit writer.

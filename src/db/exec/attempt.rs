@@ -34,6 +34,7 @@ use crate::db::tables::idempotency::{self, Claim, KeyRow};
 use crate::error::Error;
 use crate::ledger::{Book, Fingerprint, KeyedOutcome, Refusal, ScopedKey, StoredOutcome};
 use crate::ops::Command;
+use crate::telemetry::metrics::{self, Phase};
 
 /// One call of an attempt.
 #[derive(Debug, Clone, Copy)]
@@ -87,6 +88,7 @@ pub(super) async fn transaction(
     mode: Mode,
     calls: &[Calling<'_>],
 ) -> Result<Vec<Answer>, AttemptError> {
+    let started = Instant::now();
     let needs: Vec<_> = calls.iter().map(|c| c.command.needs()).collect();
     let located = match load::locate(&mut tx, &needs).await {
         Ok(located) => located,
@@ -96,6 +98,7 @@ pub(super) async fn transaction(
         Ok(found) => found,
         Err(failure) => return Err(tx.fail(failure).await),
     };
+    metrics::transaction_phase(Phase::Claim, started.elapsed());
     let mut slots: Vec<Slot<'_, '_>> = calls
         .iter()
         .zip(found)
@@ -160,7 +163,9 @@ pub(super) async fn transaction(
             }
             continue;
         }
+        let committing_at = Instant::now();
         commit(tx, mode, &committing, &decided.sql).await?;
+        metrics::transaction_phase(Phase::Commit, committing_at.elapsed());
         // Its entries wait for the assigner's next round.
         db.inner.stream.wake();
         for slot in pending_mut(&mut slots) {
@@ -314,7 +319,10 @@ async fn decide(
 ) -> Result<Decided, Failure> {
     let needs: Vec<_> = fresh.iter().map(|c| c.command.needs()).collect();
     let until = latest_deadline(fresh);
+    let locking = Instant::now();
     let mut book = load::book(tx, &needs, located, &db.inner.ids, &db.inner.reads, until).await?;
+    let deciding = Instant::now();
+    metrics::transaction_phase(Phase::Lock, deciding - locking);
     let decided = decide_each(db, tx, mode, fresh, &mut book).await;
     let changes = book.into_changes();
     db.inner.ids.give_back(&changes.unused);
@@ -334,6 +342,7 @@ async fn decide(
         .chain(dropped.iter().map(|key| KeyOutcome { key, outcome: None }))
         .collect();
     let sql = writes::commit_batch(&changes, &keys, mode.batch)?;
+    metrics::transaction_phase(Phase::Decide, deciding.elapsed());
     Ok(Decided { outcomes, sql })
 }
 
