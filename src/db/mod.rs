@@ -187,7 +187,7 @@ pub struct Persistence {
 struct Inner {
     keyed: Nodes,
     reads: Pool,
-    ids: ids::Ids,
+    ids: Arc<ids::Ids>,
     /// The transaction tasks, so shutdown can wait for them to commit or roll back.
     tasks: TaskTracker,
     limits: Limits,
@@ -239,7 +239,7 @@ impl Persistence {
             inner: Arc::new(Inner {
                 keyed: pools.keyed,
                 reads: pools.reads,
-                ids: ids::Ids::default(),
+                ids: Arc::default(),
                 tasks: TaskTracker::new(),
                 limits,
                 encoder,

@@ -20,6 +20,7 @@ const PHASE_SECONDS: &str = "ledger_transaction_phase_seconds";
 const BATCH_SPLITS: &str = "ledger_batch_splits_total";
 const BATCH_WAITING: &str = "ledger_batch_waiting_calls";
 const BATCH_STALLS: &str = "ledger_batch_stalls_total";
+const ID_BLOCK_WAITS: &str = "ledger_id_block_waits_total";
 const KEYS_PURGED: &str = "ledger_keys_purged_total";
 const OLDEST_KEY_AGE: &str = "ledger_oldest_key_age_seconds";
 const STREAM_WATCHERS: &str = "ledger_stream_watchers";
@@ -114,6 +115,10 @@ fn describe() {
     describe_counter!(
         BATCH_STALLS,
         "group-commit batches that outlasted the stall bound and ran on apart from their writer"
+    );
+    describe_counter!(
+        ID_BLOCK_WAITS,
+        "reservations of ids that waited for a block, by kind (accounts, entries, holds): the block taken ahead was not there yet"
     );
     describe_counter!(KEYS_PURGED, "idempotency key rows deleted by retention");
     describe_gauge!(
@@ -214,6 +219,11 @@ pub fn batch_split() {
 
 pub fn batch_stalled() {
     counter!(BATCH_STALLS).increment(1);
+}
+
+/// A reservation of ids of `kind` found too few free and waited for a block.
+pub fn id_block_wait(kind: &'static str) {
+    counter!(ID_BLOCK_WAITS, "kind" => kind).increment(1);
 }
 
 pub fn keys_purged(rows: u64) {

@@ -13,8 +13,8 @@ use mysql_async::prelude::Queryable as _;
 use tonic::Code;
 
 use crate::support::{
-    Config, Gate, HeldCharge, TestApp, TestDb, assert_audit_passes, charge, credit, place_hold,
-    raw_call, reason, replayed, transfer, with_deadline,
+    Config, Gate, HeldCharge, TestApp, TestDb, assert_audit_passes, charge, credit, leg,
+    place_hold, post, raw_call, reason, replayed, transfer, with_deadline,
 };
 
 type Client = ledger::proto::pb::ledger_client::LedgerClient<tonic::transport::Channel>;
@@ -822,4 +822,49 @@ async fn a_batch_waiting_for_ids_holds_up_no_other_account() {
     outside.query_drop("ROLLBACK").await.unwrap();
     hold.await.unwrap().expect("placed once the block is taken");
     assert_eq!(db.balance(other).await, 95);
+}
+
+/// A transaction reserves its ids while it holds its accounts' locks, so the next
+/// block of ids is taken ahead, before they run out. Forced: a post of 256 legs
+/// (512 entries) leaves fewer than half of the instance's first block of entry
+/// ids free, and the next block is taken; then an outside transaction holds the
+/// row of `id_blocks` that entry ids come from, and a second post of 256 legs,
+/// which needs more ids than the first block has left, commits all the same. A
+/// service that took a block only when its ids ran out would wait on that row
+/// until its bound, and answer UNAVAILABLE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_block_of_ids_is_taken_before_a_transaction_needs_it() {
+    const NEXT_ENTRY_ID: &str = "SELECT next_id FROM id_blocks WHERE name = 'entries'";
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let from = app.funded_account("USD", 1_000).await;
+    let to = app.funded_account("USD", 0).await;
+    let one_block = db.count(NEXT_ENTRY_ID).await;
+    let mut client = app.client().await;
+    let big = |key: &str| post(key, (0..256).map(|_| leg(from, to, 1)).collect());
+    client.post(big("first")).await.expect("posted");
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while db.count(NEXT_ENTRY_ID).await < one_block + 1000 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no block of entry ids was taken ahead"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut outside = db.sql().await;
+    outside.query_drop("BEGIN").await.unwrap();
+    outside
+        .query_drop("SELECT next_id FROM id_blocks WHERE name = 'entries' FOR UPDATE")
+        .await
+        .unwrap();
+
+    let second = client.post(big("second")).await;
+    assert!(
+        second.is_ok(),
+        "the second post waited for a block of ids: {second:?}"
+    );
+    outside.query_drop("ROLLBACK").await.unwrap();
+    assert_eq!(db.balance(to).await, 512);
+    assert_eq!(db.count(NEXT_ENTRY_ID).await, one_block + 1000);
 }

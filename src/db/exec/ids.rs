@@ -10,14 +10,18 @@
 //! its blocks unused. No lock is held across a round trip: callers that find the
 //! kind used up each take a block, and every block taken is used.
 //!
-//! A transaction takes a block while it holds its rows' locks, so the wait is
-//! bounded: each attempt by [`BLOCK_TIMEOUT`], and all of them by the deadline of
-//! the call (of a batch, its member with the most time left) it is taken for.
+//! A transaction reserves its ids while it holds its rows' locks, so it should
+//! not wait for a block: once fewer than [`REFILL_BELOW`] ids of a kind are
+//! free, the next block is taken ahead, in a task of its own. A reservation
+//! takes a block itself only when the ids run out before that task is done (or
+//! it failed); that wait is bounded: each attempt by [`BLOCK_TIMEOUT`], and all
+//! of them by the deadline of the call (of a batch, its member with the most time
+//! left) it is taken for. `ledger_id_block_waits_total` counts those waits.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU64;
 use std::ops::Range;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use diesel::QueryableByName;
@@ -30,9 +34,14 @@ use crate::db::conn::pool::Pool;
 use crate::error::Error;
 use crate::ledger::book::{NewIds, RowCounts};
 use crate::ledger::{AccountId, EntryId, HoldId};
+use crate::telemetry::metrics;
 
 /// Ids per block: one allocation (a durable commit) per this many rows.
 pub(crate) const BLOCK: u64 = 1000;
+/// Free ids of a kind below which its next block is taken ahead: half a block
+/// lasts a hot account's batches (up to 64 posts of 2 entries a leg) for many
+/// round trips of the block's commit.
+const REFILL_BELOW: u64 = BLOCK / 2;
 /// Blocks one reservation may take before it gives up.
 const MAX_BLOCKS_PER_RESERVATION: usize = 3;
 /// Attempts at taking a block when a cluster reports a conflict.
@@ -58,15 +67,30 @@ impl Kind {
     }
 }
 
+/// The free ids of one kind.
+#[derive(Debug, Default)]
+struct Stock {
+    /// Ranges handed out front first: given-back ids, then blocks in the order taken.
+    ranges: VecDeque<Range<u64>>,
+    /// A task is taking the next block ahead.
+    refilling: bool,
+}
+
+impl Stock {
+    fn free(&self) -> u64 {
+        self.ranges.iter().map(|r| r.end - r.start).sum()
+    }
+}
+
 #[derive(Debug, Default)]
 struct Free {
-    accounts: VecDeque<Range<u64>>,
-    entries: VecDeque<Range<u64>>,
-    holds: VecDeque<Range<u64>>,
+    accounts: Stock,
+    entries: Stock,
+    holds: Stock,
 }
 
 impl Free {
-    fn of(&mut self, kind: Kind) -> &mut VecDeque<Range<u64>> {
+    fn of(&mut self, kind: Kind) -> &mut Stock {
         match kind {
             Kind::Accounts => &mut self.accounts,
             Kind::Entries => &mut self.entries,
@@ -83,9 +107,10 @@ pub(crate) struct Ids {
 impl Ids {
     /// Reserves ids for the rows `counts` may create, taking blocks through the
     /// read pool when a kind is used up, until `until` at the latest (`None`: as
-    /// long as the attempts at a block take).
+    /// long as the attempts at a block take); a kind left short of ids has its
+    /// next block taken ahead.
     pub(crate) async fn reserve(
-        &self,
+        self: &Arc<Self>,
         counts: RowCounts,
         pool: &Pool,
         until: Option<Instant>,
@@ -117,35 +142,41 @@ impl Ids {
     fn give_back_raw(&self, kind: Kind, ids: &[u64]) {
         if let Ok(mut free) = self.free.lock() {
             for id in ids.iter().rev() {
-                free.of(kind).push_front(*id..*id + 1);
+                free.of(kind).ranges.push_front(*id..*id + 1);
             }
         }
     }
 
     async fn take(
-        &self,
+        self: &Arc<Self>,
         kind: Kind,
         n: usize,
         pool: &Pool,
         until: Option<Instant>,
     ) -> Result<Vec<u64>, Failure> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
         let mut taken = Vec::with_capacity(n);
         // One block covers any call; a second, a reservation that a block's
         // end splits. More means blocks are being taken by others as fast.
         for _ in 0..MAX_BLOCKS_PER_RESERVATION {
             self.take_free(kind, n, &mut taken);
             if taken.len() == n {
+                self.refill_ahead(kind, pool);
                 return Ok(taken);
             }
+            metrics::id_block_wait(kind.row());
             // Without the lock: another caller may take a block meanwhile; both
             // blocks go into the free list.
             let block = take_block(kind, pool, until).await?;
             if let Ok(mut free) = self.free.lock() {
-                free.of(kind).push_back(block);
+                free.of(kind).ranges.push_back(block);
             }
         }
         self.take_free(kind, n, &mut taken);
         if taken.len() == n {
+            self.refill_ahead(kind, pool);
             return Ok(taken);
         }
         self.give_back_raw(kind, &taken);
@@ -155,12 +186,44 @@ impl Ids {
         ))))
     }
 
+    /// Takes the kind's next block in a task of its own if fewer than
+    /// [`REFILL_BELOW`] of its ids are free and no such task runs. A block it
+    /// fails to take is taken by the reservation that runs out of ids.
+    fn refill_ahead(self: &Arc<Self>, kind: Kind, pool: &Pool) {
+        {
+            let Ok(mut free) = self.free.lock() else {
+                return;
+            };
+            let stock = free.of(kind);
+            if stock.refilling || stock.free() >= REFILL_BELOW {
+                return;
+            }
+            stock.refilling = true;
+        }
+        let (ids, pool) = (Arc::clone(self), pool.clone());
+        tokio::spawn(async move {
+            let block = take_block(kind, &pool, None).await;
+            if let Ok(mut free) = ids.free.lock() {
+                let stock = free.of(kind);
+                stock.refilling = false;
+                match block {
+                    Ok(block) => stock.ranges.push_back(block),
+                    Err(failure) => tracing::debug!(
+                        error = ?failure,
+                        kind = kind.row(),
+                        "taking a block of ids ahead failed; a reservation will take it"
+                    ),
+                }
+            }
+        });
+    }
+
     /// Moves free ids into `into` until it holds `n`.
     fn take_free(&self, kind: Kind, n: usize, into: &mut Vec<u64>) {
         let Ok(mut free) = self.free.lock() else {
             return;
         };
-        let ranges = free.of(kind);
+        let ranges = &mut free.of(kind).ranges;
         while into.len() < n {
             let Some(range) = ranges.front_mut() else {
                 return;
@@ -190,8 +253,8 @@ mod tests {
     fn a_reservation_spans_the_end_of_a_block() {
         let ids = Ids::default();
         if let Ok(mut free) = ids.free.lock() {
-            free.entries.push_back(1..2);
-            free.entries.push_back(7..9);
+            free.entries.ranges.push_back(1..2);
+            free.entries.ranges.push_back(7..9);
         }
         let mut taken = vec![];
         ids.take_free(Kind::Entries, 2, &mut taken);

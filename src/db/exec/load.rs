@@ -19,6 +19,7 @@
 //! so close cycles between transactions on different accounts.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
@@ -112,7 +113,7 @@ pub(crate) async fn book(
     tx: &mut Tx<'_>,
     needs: &[Needs],
     located: &Located,
-    ids: &Ids,
+    ids: &Arc<Ids>,
     reads: &Pool,
     until: Option<Instant>,
 ) -> Result<Book, Failure> {
