@@ -9,7 +9,7 @@ use diesel::sql_types::{BigInt, Datetime, Text, Unsigned};
 
 use crate::db::conn::connection::Conn;
 use crate::db::conn::failure::{Failure, Step};
-use crate::db::conn::sql::{Bind, Sql, datetime, hex};
+use crate::db::conn::sql::{Bind, Sql, datetime, hex, text};
 use crate::db::conn::tx::Tx;
 use crate::error::Error;
 use crate::ledger::book::AccountRow;
@@ -156,9 +156,9 @@ pub(crate) fn insert_sql<'k>(
 fn values(row: &AccountRow) -> String {
     let a = &row.account;
     format!(
-        "{id}, CONVERT({currency} USING ascii), {balance}, {held}, {count}, {created}",
+        "{id}, {currency}, {balance}, {held}, {count}, {created}",
         id = a.id,
-        currency = hex(a.currency.as_str().as_bytes()),
+        currency = text(a.currency.as_str(), "ascii"),
         balance = a.balance,
         held = row.held_total,
         count = row.entry_count,
@@ -234,8 +234,8 @@ mod tests {
         assert_eq!(
             upsert_sql(&[&a, &b]).unwrap(),
             "INSERT INTO accounts (account_id, currency, balance, held, entry_count, created_at) \
-             VALUES (7, CONVERT(x'555344' USING ascii), 100, 0, 3, '2026-12-01 00:00:00.000000'), \
-             (9, CONVERT(x'555344' USING ascii), 5, 2, 1, '2026-12-01 00:00:00.000000') \
+             VALUES (7, 'USD', 100, 0, 3, '2026-12-01 00:00:00.000000'), \
+             (9, 'USD', 5, 2, 1, '2026-12-01 00:00:00.000000') \
              ON DUPLICATE KEY UPDATE balance = VALUES(balance), held = VALUES(held), \
              entry_count = VALUES(entry_count)"
         );

@@ -370,7 +370,7 @@ pub(crate) fn values<'k>(
         let mut row = String::with_capacity(192 + key.len());
         let _ = write!(
             row,
-            "{id}, {account}, {seq}, {leg}, {post_leg}, {kind}, {amount}, CONVERT(",
+            "{id}, {account}, {seq}, {leg}, {post_leg}, {kind}, {amount}, ",
             id = e.id,
             account = e.account_id,
             seq = n.seq,
@@ -379,8 +379,8 @@ pub(crate) fn values<'k>(
             kind = e.kind.code(),
             amount = e.amount.get(),
         );
-        push_hex(&mut row, e.currency.as_str().as_bytes());
-        let _ = write!(row, " USING ascii), {}, {key}, ", e.balance_after);
+        push_text(&mut row, e.currency.as_str(), "ascii");
+        let _ = write!(row, ", {}, {key}, ", e.balance_after);
         push_text(&mut row, e.description.as_str(), "utf8mb4");
         let _ = write!(
             row,
@@ -462,14 +462,14 @@ mod tests {
         assert_eq!(
             rows,
             [
-                "10, 2, 50, 0, 0, 3, 7, CONVERT(x'555344' USING ascii), 93, x'', x'61', \
-                 CONVERT(x'636166c3a9' USING utf8mb4), '2026-11-30 12:00:00.000000', 2, NULL, \
+                "10, 2, 50, 0, 0, 3, 7, 'USD', 93, x'', x'61', \
+                 _utf8mb4 x'636166c3a9', '2026-11-30 12:00:00.000000', 2, NULL, \
                  NULL, 10, 0",
-                "11, 3, 51, 1, 0, 3, 7, CONVERT(x'555344' USING ascii), 93, x'', x'61', \
-                 CONVERT(x'636166c3a9' USING utf8mb4), '2026-11-30 12:00:00.000000', 1, NULL, \
+                "11, 3, 51, 1, 0, 3, 7, 'USD', 93, x'', x'61', \
+                 _utf8mb4 x'636166c3a9', '2026-11-30 12:00:00.000000', 1, NULL, \
                  NULL, 10, 1",
-                "12, 1, 52, 0, 0, 3, 7, CONVERT(x'555344' USING ascii), 93, x'', x'62', \
-                 CONVERT(x'' USING utf8mb4), '2026-11-30 12:00:00.000001', NULL, NULL, NULL, \
+                "12, 1, 52, 0, 0, 3, 7, 'USD', 93, x'', x'62', \
+                 '', '2026-11-30 12:00:00.000001', NULL, NULL, NULL, \
                  10, 2",
             ]
         );

@@ -165,12 +165,12 @@ pub(crate) fn values<'k>(
         .map(|(call, h)| {
             let key = key_of(*call).ok_or_else(|| Error::internal("a hold of an unknown call"))?;
             Ok(format!(
-                "{id}, {account}, {amount}, CONVERT({currency} USING ascii), {state}, {captured}, \
+                "{id}, {account}, {amount}, {currency}, {state}, {captured}, \
                  {description}, {namespace}, {key}, {created}, {expires}",
                 id = h.id,
                 account = h.account_id,
                 amount = h.amount.get(),
-                currency = hex(h.currency.as_str().as_bytes()),
+                currency = text(h.currency.as_str(), "ascii"),
                 state = h.state.code(),
                 captured = h.captured_amount,
                 description = text(h.description.as_str(), "utf8mb4"),
