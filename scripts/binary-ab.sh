@@ -18,7 +18,9 @@
 # concurrency N), ROUNDS (3), SECS (10), CONCURRENCY (16), ACCOUNTS (10000),
 # BEFORE_ARGS and AFTER_ARGS (extra `ledger serve` arguments of each side),
 # RATIOS (e.g. "post/hot-merchant": each side's calls/s of one scenario over
-# another's, round by round).
+# another's, round by round), UNCHECKED (`before` or `after`: that side's runs end
+# without the journal check, for a build that leaves writes out on purpose to
+# measure what they cost).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,8 +62,10 @@ measure() { # round side scenario
   local line scenario=${name%@*} c=$conc
   [ "$scenario" != "$name" ] && c=${name#*@}
   # The same load generator for both sides: AFTER's (`--cpu-of` is newer than some builds).
+  local check=(--database-url "$database")
+  [ "$side" = "${UNCHECKED:-}" ] && check=()
   line=$("$after_bin" bench --target "$url" --concurrency "$c" --accounts "$accounts" --duration "${secs}s" \
-           --warmup 2s --json --database-url "$database" --scenario "$scenario" \
+           --warmup 2s --json "${check[@]}" --scenario "$scenario" \
            --cpu-of "service=$pid" --cpu-of "database=$db_pid") || fail "$side $name failed"
   python3 - "$line" "$round" "$side" "$name" >>"$results" <<'PY' || fail "$side $name: $line"
 import json, sys
@@ -82,7 +86,7 @@ for round in $(seq 1 "$rounds"); do
 done
 
 python3 - "$results" "$rounds" "$flavor" "$conc" "$accounts" "$scenarios" \
-  "$before_bin" "${BEFORE_ARGS:-}" "$after_bin" "${AFTER_ARGS:-}" "${RATIOS:-}" <<'PY'
+  "$before_bin" "${BEFORE_ARGS:-}" "$after_bin" "${AFTER_ARGS:-}" "${RATIOS:-}" "${UNCHECKED:-}" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rounds, flavor, conc, accounts, scenarios = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6].split()
@@ -117,5 +121,6 @@ for ratio in sys.argv[11].split():
     top, bottom = ratio.split("/")
     each = lambda side: [get[(r, side, top)]["calls_per_second"] / get[(r, side, bottom)]["calls_per_second"] for r in R]
     print(f"{ratio + ' calls/s':<34} {spread(each('before'), x):>26} {spread(each('after'), x):>26}")
-print("\n(CPU per measured call, over the measured calls only, from /proc; every scenario ended with its journal check)")
+print("\n(CPU per measured call, over the measured calls only, from /proc; every scenario ended with its journal check"
+      + (f" but the {sys.argv[12]} side's)" if sys.argv[12] else ")"))
 PY
