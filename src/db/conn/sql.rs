@@ -168,6 +168,9 @@ pub(crate) fn push_text(out: &mut String, value: &str, charset: &str) {
     }
 }
 
+/// chrono's pattern of a `DATETIME(6)` literal's text.
+const DATETIME_FORMAT: &str = "%Y-%m-%d %H:%M:%S%.6f";
+
 /// A `DATETIME(6)` literal of a UTC instant: `'2026-12-02 13:41:50.695311'`.
 pub(crate) fn datetime(at: DateTime<Utc>) -> String {
     let mut out = String::with_capacity(28);
@@ -184,7 +187,7 @@ pub(crate) fn push_datetime(out: &mut String, at: DateTime<Utc>) {
     let year = u32::try_from(t.year()).ok().filter(|year| *year <= 9999);
     let nanos = t.nanosecond();
     let Some(year) = year.filter(|_| nanos < 1_000_000_000) else {
-        let _ = write!(out, "'{}'", t.format("%Y-%m-%d %H:%M:%S%.6f"));
+        let _ = write!(out, "'{}'", t.format(DATETIME_FORMAT));
         return;
     };
     let digits = |out: &mut String, n: u32, width: u32| {
@@ -296,8 +299,7 @@ mod tests {
     #[test]
     fn date_times_are_written_as_chrono_writes_them() {
         use chrono::TimeZone as _;
-        let chrono =
-            |at: DateTime<Utc>| format!("'{}'", at.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f"));
+        let chrono = |at: DateTime<Utc>| format!("'{}'", at.naive_utc().format(DATETIME_FORMAT));
         let mut instants = vec![
             Utc.with_ymd_and_hms(2026, 12, 2, 13, 41, 50).unwrap(),
             Utc.with_ymd_and_hms(1000, 1, 1, 0, 0, 0).unwrap(),
@@ -309,6 +311,10 @@ mod tests {
             instants.push(instants[0] + chrono::Duration::microseconds(micros));
         }
         instants.push(instants[0] + chrono::Duration::nanoseconds(999));
+        let leap_second = chrono::NaiveDate::from_ymd_opt(2016, 12, 31)
+            .and_then(|d| d.and_hms_micro_opt(23, 59, 59, 1_500_000))
+            .unwrap();
+        instants.push(leap_second.and_utc());
         for n in 0..1000_i64 {
             instants.push(instants[0] + chrono::Duration::microseconds(n * 7_919_737_213));
         }
@@ -318,6 +324,10 @@ mod tests {
         assert_eq!(
             datetime(Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()),
             "'2026-01-02 03:04:05.000000'"
+        );
+        assert_eq!(
+            datetime(leap_second.and_utc()),
+            "'2016-12-31 23:59:60.500000'"
         );
     }
 
