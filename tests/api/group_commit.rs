@@ -644,15 +644,12 @@ async fn a_member_short_of_time_costs_the_others_nothing() {
     let other = app.funded_account("USD", 100).await;
 
     // An outside transaction holds a key row; two look-ups of it hold the pool.
-    let mut outside = db.sql().await;
-    outside.query_drop("BEGIN").await.unwrap();
-    outside
-        .query_drop(
+    let mut outside = db
+        .hold(
             "INSERT INTO idempotency_keys (namespace, idempotency_key, method, fingerprint, \
              created_at) VALUES ('', 'outside', 3, REPEAT(x'00', 32), UTC_TIMESTAMP(6))",
         )
-        .await
-        .unwrap();
+        .await;
     let mut lookups = Vec::new();
     for _ in 0..2 {
         let mut client = app.client().await;
@@ -798,12 +795,9 @@ async fn a_batch_waiting_for_ids_holds_up_no_other_account() {
     .await;
     let holding = app.funded_account("USD", 100).await;
     let other = app.funded_account("USD", 100).await;
-    let mut outside = db.sql().await;
-    outside.query_drop("BEGIN").await.unwrap();
-    outside
-        .query_drop("SELECT next_id FROM id_blocks WHERE name = 'holds' FOR UPDATE")
-        .await
-        .unwrap();
+    let mut outside = db
+        .hold("SELECT next_id FROM id_blocks WHERE name = 'holds' FOR UPDATE")
+        .await;
 
     let mut hold_client = app.client().await;
     let hold = tokio::spawn(async move {
@@ -852,12 +846,9 @@ async fn the_next_block_of_ids_is_taken_before_a_transaction_needs_it() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut outside = db.sql().await;
-    outside.query_drop("BEGIN").await.unwrap();
-    outside
-        .query_drop("SELECT next_id FROM id_blocks WHERE name = 'entries' FOR UPDATE")
-        .await
-        .unwrap();
+    let mut outside = db
+        .hold("SELECT next_id FROM id_blocks WHERE name = 'entries' FOR UPDATE")
+        .await;
 
     let second = client.post(big("second")).await;
     assert!(

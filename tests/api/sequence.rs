@@ -228,12 +228,9 @@ async fn a_killed_assigner_is_replaced_and_nothing_is_left_unnumbered() {
     let b = open_funded(&mut two, "b", "USD", 1000).await;
     until_sequenced(&db, SEQUENCED_WITHIN).await;
 
-    let mut holder = db.sql().await;
-    holder.query_drop("BEGIN").await.unwrap();
-    holder
-        .query_drop("SELECT * FROM ledger_stream WHERE id = 1 FOR UPDATE")
-        .await
-        .unwrap();
+    let mut holder = db
+        .hold("SELECT * FROM ledger_stream WHERE id = 1 FOR UPDATE")
+        .await;
     for i in 0..5 {
         one.transfer(transfer(&format!("one-{i}"), a, b, 1))
             .await

@@ -128,6 +128,15 @@ impl TestDb {
         conn
     }
 
+    /// A connection holding the row locks of `statement` (a locking read, an
+    /// insert) in an open transaction, until it sends ROLLBACK (or is dropped).
+    pub async fn hold(&self, statement: &str) -> mysql_async::Conn {
+        let mut holder = self.sql().await;
+        holder.query_drop("BEGIN").await.unwrap();
+        holder.query_drop(statement).await.unwrap();
+        holder
+    }
+
     /// A connection holding the account's row lock in an open transaction, until
     /// it sends ROLLBACK (or is dropped).
     pub async fn lock_account(&self, account_id: u64) -> mysql_async::Conn {
