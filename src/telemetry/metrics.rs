@@ -118,7 +118,7 @@ fn describe() {
     );
     describe_counter!(
         ID_BLOCK_WAITS,
-        "reservations of ids that waited for a block, by kind (accounts, entries, holds): the block taken ahead was not there yet"
+        "blocks of ids a reservation waited for, by kind (accounts, entries, holds): the block taken ahead was not there yet"
     );
     describe_counter!(KEYS_PURGED, "idempotency key rows deleted by retention");
     describe_gauge!(
@@ -221,7 +221,7 @@ pub fn batch_stalled() {
     counter!(BATCH_STALLS).increment(1);
 }
 
-/// A reservation of ids of `kind` found too few free and waited for a block.
+/// A reservation of ids of `kind` found too few free and waits for a block.
 pub fn id_block_wait(kind: &'static str) {
     counter!(ID_BLOCK_WAITS, "kind" => kind).increment(1);
 }

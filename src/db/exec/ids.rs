@@ -16,7 +16,7 @@
 //! takes a block itself only when the ids run out before that task is done (or
 //! it failed); that wait is bounded: each attempt by [`BLOCK_TIMEOUT`], and all
 //! of them by the deadline of the call (of a batch, its member with the most time
-//! left) it is taken for. `ledger_id_block_waits_total` counts those waits.
+//! left) it is taken for. `ledger_id_block_waits_total` counts the blocks waited for.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU64;
@@ -39,8 +39,9 @@ use crate::telemetry::metrics;
 /// Ids per block: one allocation (a durable commit) per this many rows.
 pub(crate) const BLOCK: u64 = 1000;
 /// Free ids of a kind below which its next block is taken ahead: half a block
-/// lasts a hot account's batches (up to 64 posts of 2 entries a leg) for many
-/// round trips of the block's commit.
+/// is many batches of common calls (a batch of 9 three-leg posts writes 54
+/// entries), so the next block is there before they run out; a batch that needs
+/// more than is left (posts of up to 256 legs) may still wait for it.
 const REFILL_BELOW: u64 = BLOCK / 2;
 /// Blocks one reservation may take before it gives up.
 const MAX_BLOCKS_PER_RESERVATION: usize = 3;
