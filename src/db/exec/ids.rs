@@ -162,9 +162,10 @@ impl Ids {
         // One block covers any call; a second, a reservation that a block's
         // end splits. More means blocks are being taken by others as fast.
         for _ in 0..MAX_BLOCKS_PER_RESERVATION {
-            self.take_free(kind, n, &mut taken);
-            if taken.len() == n {
+            if self.take_free(kind, n, &mut taken) {
                 self.refill_ahead(kind, pool);
+            }
+            if taken.len() == n {
                 return Ok(taken);
             }
             metrics::id_block_wait(kind.row());
@@ -175,9 +176,10 @@ impl Ids {
                 free.of(kind).ranges.push_back(block);
             }
         }
-        self.take_free(kind, n, &mut taken);
-        if taken.len() == n {
+        if self.take_free(kind, n, &mut taken) {
             self.refill_ahead(kind, pool);
+        }
+        if taken.len() == n {
             return Ok(taken);
         }
         self.give_back_raw(kind, &taken);
@@ -187,20 +189,11 @@ impl Ids {
         ))))
     }
 
-    /// Takes the kind's next block in a task of its own if fewer than
-    /// [`REFILL_BELOW`] of its ids are free and no such task runs. A block it
-    /// fails to take is taken by the reservation that runs out of ids.
+    /// Takes the kind's next block in a task of its own (one at a time: the
+    /// [`take_free`](Self::take_free) that asks for it marks the kind as
+    /// refilling). A block it fails to take is taken by the reservation that
+    /// runs out of ids.
     fn refill_ahead(self: &Arc<Self>, kind: Kind, pool: &Pool) {
-        {
-            let Ok(mut free) = self.free.lock() else {
-                return;
-            };
-            let stock = free.of(kind);
-            if stock.refilling || stock.free() >= REFILL_BELOW {
-                return;
-            }
-            stock.refilling = true;
-        }
         let (ids, pool) = (Arc::clone(self), pool.clone());
         tokio::spawn(async move {
             let block = take_block(kind, &pool, None).await;
@@ -219,23 +212,28 @@ impl Ids {
         });
     }
 
-    /// Moves free ids into `into` until it holds `n`.
-    fn take_free(&self, kind: Kind, n: usize, into: &mut Vec<u64>) {
+    /// Moves free ids into `into` until it holds `n`. True when it did, and
+    /// left fewer than [`REFILL_BELOW`] free with no block being taken ahead:
+    /// the kind is then marked refilling, and the caller takes the next block.
+    fn take_free(&self, kind: Kind, n: usize, into: &mut Vec<u64>) -> bool {
         let Ok(mut free) = self.free.lock() else {
-            return;
+            return false;
         };
-        let ranges = &mut free.of(kind).ranges;
+        let stock = free.of(kind);
         while into.len() < n {
-            let Some(range) = ranges.front_mut() else {
-                return;
+            let Some(range) = stock.ranges.front_mut() else {
+                return false;
             };
             match range.next() {
                 Some(id) => into.push(id),
                 None => {
-                    ranges.pop_front();
+                    stock.ranges.pop_front();
                 }
             }
         }
+        let refill = !stock.refilling && stock.free() < REFILL_BELOW;
+        stock.refilling |= refill;
+        refill
     }
 }
 
@@ -258,11 +256,17 @@ mod tests {
             free.entries.ranges.push_back(7..9);
         }
         let mut taken = vec![];
-        ids.take_free(Kind::Entries, 2, &mut taken);
+        assert!(
+            ids.take_free(Kind::Entries, 2, &mut taken),
+            "one id left: the next block is asked for"
+        );
         assert_eq!(taken, [1, 7]);
-        ids.take_free(Kind::Entries, 3, &mut taken);
+        assert!(
+            !ids.take_free(Kind::Entries, 3, &mut taken),
+            "asked for once, while it is being taken"
+        );
         assert_eq!(taken, [1, 7, 8]);
-        ids.take_free(Kind::Entries, 4, &mut taken);
+        assert!(!ids.take_free(Kind::Entries, 4, &mut taken));
         assert_eq!(taken, [1, 7, 8], "nothing left");
     }
 }
