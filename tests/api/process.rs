@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
+use ledger_devtools::managed::{ManagedOptions, ManagedServer};
 use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::Signal;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -294,4 +295,56 @@ async fn sigterm_drains_calls_in_flight() {
         8
     );
     assert_eq!(db.balance(account).await, 1000 - 80);
+}
+
+/// A starting server deletes every `#sql*` file in its tmpdir, taken to be its own
+/// leftovers. A private server (`ledger serve` without a URL, each test run's) has
+/// a tmpdir of its own, so starting one leaves the temporary tables of every other
+/// server, here the suite's, where they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starting_private_server_leaves_other_servers_temporary_tables_alone() {
+    let db = TestDb::new();
+    let _app = TestApp::spawn(&db).await;
+    let mut session = db.sql().await;
+    let version: String = session
+        .query_first("SELECT VERSION()")
+        .await
+        .unwrap()
+        .unwrap();
+    // An engine whose temporary tables are files in the tmpdir.
+    let engine = if version.contains("MariaDB") {
+        "Aria"
+    } else {
+        "MyISAM"
+    };
+    session
+        .query_drop(format!(
+            "CREATE TEMPORARY TABLE scratch (n INT) ENGINE={engine}"
+        ))
+        .await
+        .unwrap();
+    session
+        .query_drop("INSERT INTO scratch VALUES (1), (2)")
+        .await
+        .unwrap();
+
+    let dir = tempfile::Builder::new()
+        .prefix("ledger-neighbour-")
+        .tempdir()
+        .unwrap();
+    let mut neighbour = ManagedServer::start(ManagedOptions::in_dir(dir.path()))
+        .await
+        .unwrap();
+
+    let rows: u64 = session
+        .query_first("SELECT COUNT(*) FROM scratch")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rows, 2);
+    session
+        .query_drop("DROP TEMPORARY TABLE scratch")
+        .await
+        .expect("the temporary table's files are still there to delete");
+    neighbour.stop().await.unwrap();
 }

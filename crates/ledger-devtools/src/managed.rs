@@ -11,6 +11,9 @@
 //!
 //! ```text
 //! <dir>/data/          the server's datadir
+//! <dir>/tmp/           its tmpdir: a starting server deletes every `#sql*` file in
+//!                      its tmpdir, so a shared one (/tmp) would take the temporary
+//!                      tables of every other server using it from under them
 //! <dir>/initialized    written once initialization completed
 //! <dir>/mysqld.pid     <dir>/mysqld.err     <dir>/mysqld.sock (if the path is short)
 //! ```
@@ -210,6 +213,13 @@ impl ManagedServer {
         Ok(())
     }
 
+    /// The server's own tmpdir, created if missing.
+    fn tmpdir(&self) -> Result<PathBuf, ManagedError> {
+        let tmpdir = self.dir.join("tmp");
+        std::fs::create_dir_all(&tmpdir).map_err(io("creating the tmpdir"))?;
+        Ok(tmpdir)
+    }
+
     async fn initialize_once(&self) -> Result<(), ManagedError> {
         let marker = self.dir.join("initialized");
         if marker.exists() {
@@ -221,11 +231,13 @@ impl ManagedServer {
             std::fs::remove_dir_all(&datadir).map_err(io("clearing a partial datadir"))?;
         }
         let log = self.dir.join("initialize.log");
+        let tmpdir = self.tmpdir()?;
         let mut command = match self.flavor {
             Flavor::MariaDb => {
                 let mut c = Command::new(install_db_for(&self.binary)?);
                 c.arg("--no-defaults")
                     .arg(format!("--datadir={}", datadir.display()))
+                    .arg(format!("--tmpdir={}", tmpdir.display()))
                     .args([
                         "--auth-root-authentication-method=normal",
                         "--skip-test-db",
@@ -238,6 +250,7 @@ impl ManagedServer {
                 c.arg("--no-defaults")
                     .args(&self.extra_args)
                     .arg(format!("--datadir={}", datadir.display()))
+                    .arg(format!("--tmpdir={}", tmpdir.display()))
                     .arg("--initialize-insecure")
                     .arg(format!("--log-error={}", log.display()));
                 c
@@ -274,6 +287,7 @@ impl ManagedServer {
             .arg("--no-defaults")
             .args(&self.extra_args)
             .arg(format!("--datadir={}", self.dir.join("data").display()))
+            .arg(format!("--tmpdir={}", self.tmpdir()?.display()))
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--socket={}", self.socket.display()))
