@@ -161,13 +161,18 @@ impl Ids {
         let mut taken = Vec::with_capacity(n);
         // One block covers any call; a second, a reservation that a block's
         // end splits. More means blocks are being taken by others as fast.
-        for _ in 0..MAX_BLOCKS_PER_RESERVATION {
+        let mut blocks = 0;
+        loop {
             if self.take_free(kind, n, &mut taken) {
                 self.refill_ahead(kind, pool);
             }
             if taken.len() == n {
                 return Ok(taken);
             }
+            if blocks == MAX_BLOCKS_PER_RESERVATION {
+                break;
+            }
+            blocks += 1;
             metrics::id_block_wait(kind.row());
             // Without the lock: another caller may take a block meanwhile; both
             // blocks go into the free list.
@@ -175,12 +180,6 @@ impl Ids {
             if let Ok(mut free) = self.free.lock() {
                 free.of(kind).ranges.push_back(block);
             }
-        }
-        if self.take_free(kind, n, &mut taken) {
-            self.refill_ahead(kind, pool);
-        }
-        if taken.len() == n {
-            return Ok(taken);
         }
         self.give_back_raw(kind, &taken);
         Err(Failure::Final(Error::unavailable(format!(
