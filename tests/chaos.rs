@@ -34,12 +34,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ledger_devtools::managed::{ManagedOptions, ManagedServer};
+use ledger_devtools::managed::ManagedServer;
 use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::Signal;
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
-use support::{LedgerProcess, TestDb, free_port};
+use support::{LedgerProcess, TestDb, free_port, is_mariadb, private_server};
 use tokio::sync::Mutex;
 use tonic::transport::Channel;
 use workload::{Counters, Mix, open_accounts, run_clients, verify};
@@ -65,15 +65,8 @@ async fn money_is_neither_created_nor_lost_under_faults() {
     let secs: u64 = std::env::var("LEDGER_CHAOS_SECS").map_or(40, |s| s.parse().unwrap());
     println!("chaos: seed {seed} (LEDGER_CHAOS_SEED={seed} replays it), {secs} s");
 
-    let dir = tempfile::Builder::new()
-        .prefix("ledger-chaos-")
-        .tempdir()
-        .unwrap();
-    let server = Arc::new(Mutex::new(
-        ManagedServer::start(ManagedOptions::in_dir(dir.path()))
-            .await
-            .unwrap(),
-    ));
+    let (_dir, server) = private_server("ledger-chaos-").await;
+    let server = Arc::new(Mutex::new(server));
     let db = TestDb::on(server.lock().await.server_url());
     let addrs: Vec<SocketAddr> = (0..INSTANCES)
         .map(|_| format!("127.0.0.1:{}", free_port()).parse().unwrap())
@@ -166,12 +159,7 @@ async fn kill_connections(db: &TestDb) -> u64 {
     let Ok(mut admin) = mysql_async::Conn::from_url(&db.url).await else {
         return 0;
     };
-    let version: String = admin
-        .query_first("SELECT VERSION()")
-        .await
-        .unwrap()
-        .unwrap();
-    let sessions = if version.contains("MariaDB") {
+    let sessions = if is_mariadb(&mut admin).await {
         "SELECT ID, COMMAND <> 'Sleep' FROM information_schema.PROCESSLIST \
          WHERE DB = DATABASE() AND ID <> CONNECTION_ID()"
     } else {

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
-use ledger_devtools::managed::{ManagedOptions, ManagedServer};
 use tokio::time::Instant;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -18,8 +17,8 @@ use tonic_types::StatusExt as _;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::support::{
-    Config, TestApp, TestDb, assert_each_key_charged_once, charge, replayed, run_ledger,
-    until_health, with_deadline,
+    Config, TestApp, TestDb, assert_each_key_charged_once, charge, private_server, replayed,
+    run_ledger, until_health, with_deadline,
 };
 
 /// Charges with new keys until stopped, retrying each key until it gets a final
@@ -86,13 +85,7 @@ async fn assert_unavailable_fast(client: &mut LedgerClient<Channel>, account: u6
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_database_restart_loses_and_duplicates_nothing() {
-    let dir = tempfile::Builder::new()
-        .prefix("ledger-outage-")
-        .tempdir()
-        .unwrap();
-    let mut server = ManagedServer::start(ManagedOptions::in_dir(dir.path()))
-        .await
-        .unwrap();
+    let (_dir, mut server) = private_server("ledger-outage-").await;
     let db = TestDb::on(server.server_url());
     let app = TestApp::spawn_with(
         &db,

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
-use ledger_devtools::managed::{ManagedOptions, ManagedServer};
 use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::Signal;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::support::{
-    LedgerProcess, TestApp, TestDb, charge, free_port, open_funded, run_ledger, scrape,
+    LedgerProcess, TestApp, TestDb, charge, free_port, is_mariadb, open_funded, private_server,
+    run_ledger, scrape,
 };
 
 /// Polls until nothing accepts connections on `addr`; fails after 30 s.
@@ -306,13 +306,8 @@ async fn a_starting_private_server_leaves_other_servers_temporary_tables_alone()
     let db = TestDb::new();
     let _app = TestApp::spawn(&db).await;
     let mut session = db.sql().await;
-    let version: String = session
-        .query_first("SELECT VERSION()")
-        .await
-        .unwrap()
-        .unwrap();
     // An engine whose temporary tables are files in the tmpdir.
-    let engine = if version.contains("MariaDB") {
+    let engine = if is_mariadb(&mut session).await {
         "Aria"
     } else {
         "MyISAM"
@@ -328,13 +323,7 @@ async fn a_starting_private_server_leaves_other_servers_temporary_tables_alone()
         .await
         .unwrap();
 
-    let dir = tempfile::Builder::new()
-        .prefix("ledger-neighbour-")
-        .tempdir()
-        .unwrap();
-    let mut neighbour = ManagedServer::start(ManagedOptions::in_dir(dir.path()))
-        .await
-        .unwrap();
+    let (_dir, mut neighbour) = private_server("ledger-neighbour-").await;
 
     let rows: u64 = session
         .query_first("SELECT COUNT(*) FROM scratch")

@@ -7,15 +7,14 @@ use std::time::Duration;
 
 use ledger::proto::pb;
 use ledger::proto::pb::ledger_client::LedgerClient;
-use ledger_devtools::managed::{ManagedOptions, ManagedServer};
 use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::Signal;
 
 use crate::support::proxy::Proxy;
 use crate::support::{
     Config, LedgerProcess, NUMBERED, TestApp, TestDb, UNNUMBERED_COUNT, add_commits,
-    assert_audit_passes, assert_stream_sound, charge, leg, open_funded, post, run_ledger,
-    server_url, transfer, until_lease_free, until_sequenced,
+    assert_audit_passes, assert_stream_sound, charge, leg, open_funded, post, private_server,
+    run_ledger, server_url, transfer, until_lease_free, until_sequenced,
 };
 
 /// A bound on waiting for the assigner: its lease (3 s) if it must change hands,
@@ -263,13 +262,7 @@ async fn a_killed_assigner_is_replaced_and_nothing_is_left_unnumbered() {
 /// and after, without a hole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_assigner_survives_a_database_restart() {
-    let dir = tempfile::Builder::new()
-        .prefix("ledger-stream-")
-        .tempdir()
-        .unwrap();
-    let mut server = ManagedServer::start(ManagedOptions::in_dir(dir.path()))
-        .await
-        .unwrap();
+    let (_dir, mut server) = private_server("ledger-stream-").await;
     let db = TestDb::on(server.server_url());
     let app = TestApp::spawn(&db).await;
     let account = app.funded_account("USD", 1000).await;

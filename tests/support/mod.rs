@@ -35,7 +35,10 @@ pub mod wire;
 pub use app::{Config, TestApp, open_funded, until_in_flight, until_waiting};
 pub use gate::{Gate, HeldCharge};
 pub use process::{LedgerProcess, free_port, run_ledger, until_health};
-pub use server::{TestDb, assert_audit_passes, assert_each_key_charged_once, server_url};
+pub use server::{
+    TestDb, assert_audit_passes, assert_each_key_charged_once, is_mariadb, private_server,
+    server_url,
+};
 pub use storm::{HeldStorm, RawReply, assert_one_did_the_work, at_once, storm_config};
 pub use stream::{
     NUMBERED, UNNUMBERED_COUNT, add_commits, assert_stream_sound, number_entries, until_lease_free,

@@ -55,6 +55,16 @@ fn shared_server_url() -> String {
     url.unwrap_or_else(|e| panic!("cannot start the test database server: {e}"))
 }
 
+/// A private server of the test's own (one it may stop and restart), in a
+/// temporary directory removed when the returned guard is dropped: keep both.
+pub async fn private_server(prefix: &str) -> (tempfile::TempDir, ManagedServer) {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let server = ManagedServer::start(ManagedOptions::in_dir(dir.path()))
+        .await
+        .unwrap();
+    (dir, server)
+}
+
 /// Data directories of earlier runs whose process is gone.
 fn remove_stale_server_dirs() {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
@@ -405,7 +415,8 @@ impl Drop for TestDb {
     }
 }
 
-async fn is_mariadb(conn: &mut mysql_async::Conn) -> bool {
+/// Whether `conn` is to MariaDB (else MySQL).
+pub async fn is_mariadb(conn: &mut mysql_async::Conn) -> bool {
     let version: String = conn.query_first("SELECT VERSION()").await.unwrap().unwrap();
     version.contains("MariaDB")
 }
