@@ -114,8 +114,58 @@ async fn keyed_reads_use_an_index_on_an_empty_and_a_populated_ledger() {
         .await
         .unwrap();
     assert_indexed(&db, "a populated ledger").await;
+    assert_numbering_by_key(&db, "a populated ledger").await;
     until_sequenced(&db, std::time::Duration::from_secs(30)).await;
     assert_stream_reads_indexed(&db, &accounts).await;
+}
+
+/// A small ledger, each of whose commits is in the assigner's write: the
+/// optimizer's cheapest plan for it is then a scan of the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_assigner_writes_its_numbers_by_key_on_a_small_ledger() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let account = app.funded_account("USD", 100).await;
+    let mut client = app.client().await;
+    for i in 0..5 {
+        client
+            .charge(charge(&format!("c{i}"), account, 1))
+            .await
+            .unwrap();
+    }
+    assert_numbering_by_key(&db, "a small ledger").await;
+}
+
+/// The assigner's write of its numbers reaches the commits by primary key: as a
+/// scan it would wait on every commit not yet committed.
+async fn assert_numbering_by_key(db: &TestDb, when: &str) {
+    let mut conn = tabular_plans(db).await;
+    let commits: Vec<u64> = conn
+        .query("SELECT commit_id FROM stream_commits ORDER BY commit_id LIMIT 8")
+        .await
+        .unwrap();
+    assert!(!commits.is_empty(), "{when}: commits to number");
+    let numbers: Vec<(u64, u64)> = commits.iter().map(|&id| (id, id)).collect();
+    let next: u64 = conn
+        .query_first("SELECT next_sequence FROM ledger_stream WHERE id = 1")
+        .await
+        .unwrap()
+        .unwrap();
+    let sql = ledger::db::stream::numbering_sql(&numbers, next);
+    let plan: Vec<mysql_async::Row> = conn.query(format!("EXPLAIN {sql}")).await.unwrap();
+    let row = plan
+        .iter()
+        .find(|row| {
+            row.get::<Option<String>, _>("table").flatten().as_deref() == Some("stream_commits")
+        })
+        .expect("a plan for stream_commits");
+    let access: Option<String> = row.get("type").flatten();
+    let key: Option<String> = row.get("key").flatten();
+    assert!(
+        access.as_deref().is_some_and(|a| INDEXED.contains(&a))
+            && key.as_deref() == Some("PRIMARY"),
+        "{when}: {sql}: read by {access:?} through {key:?}"
+    );
 }
 
 /// The assigner's reads on a populated ledger whose entries are numbered: the

@@ -193,6 +193,28 @@ pub fn unnumbered_sql(limit: u64) -> String {
     )
 }
 
+/// The write of `numbers` (commit id, first sequence), guarded by the lease
+/// row's `next_sequence` being `last`. Through the primary key, however few
+/// rows the statistics count: run as a scan, it would wait on the row of every
+/// commit not yet committed, and the stream with it.
+pub fn numbering_sql(numbers: &[(u64, u64)], last: u64) -> String {
+    let mut sql = "UPDATE stream_commits FORCE INDEX (PRIMARY) SET first_sequence = CASE commit_id"
+        .to_owned();
+    for (id, seq) in numbers {
+        let _ = write!(sql, " WHEN {id} THEN {seq}");
+    }
+    sql.push_str(" END WHERE commit_id IN (");
+    for (n, (id, _)) in numbers.iter().enumerate() {
+        let comma = if n == 0 { "" } else { ", " };
+        let _ = write!(sql, "{comma}{id}");
+    }
+    let _ = write!(
+        sql,
+        ") AND (SELECT next_sequence FROM ledger_stream WHERE id = 1) = {last}"
+    );
+    sql
+}
+
 /// The look-up of which of `predecessors` (account, account_seq) are numbered.
 pub fn numbered_sql(predecessors: &[(u64, u64)]) -> String {
     let mut sql = "SELECT e.account_id FROM entries e FORCE INDEX (entries_account_seq) \
@@ -553,19 +575,9 @@ impl Assigner {
         );
         numbers.sort_unstable();
         for chunk in numbers.chunks(CHUNK) {
-            sql.push_str(" UPDATE stream_commits SET first_sequence = CASE commit_id");
-            for (id, seq) in chunk {
-                let _ = write!(sql, " WHEN {id} THEN {seq}");
-            }
-            sql.push_str(" END WHERE commit_id IN (");
-            for (n, (id, _)) in chunk.iter().enumerate() {
-                let comma = if n == 0 { "" } else { ", " };
-                let _ = write!(sql, "{comma}{id}");
-            }
-            let _ = write!(
-                sql,
-                ") AND (SELECT next_sequence FROM ledger_stream WHERE id = 1) = {last};"
-            );
+            sql.push(' ');
+            sql.push_str(&numbering_sql(chunk, last));
+            sql.push(';');
         }
         sql.push_str(" COMMIT");
         sql
