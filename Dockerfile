@@ -5,11 +5,11 @@
 
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /app
-# Dependencies in a layer of their own, rebuilt only when the manifests or the
-# wire contract change: build stub crates of the workspace against the real
-# Cargo.lock first. ledger-proto's build script is real, so the generated code's
-# own dependencies are built here too.
-COPY Cargo.toml Cargo.lock ./
+# Dependencies in a layer of their own, rebuilt only when the manifests, the build
+# scripts or the wire contract change: build stub crates of the workspace against the real
+# Cargo.lock first. The build scripts (the service's and ledger-proto's) are real,
+# so the generated code's own dependencies are built here too.
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY crates/ledger-proto/Cargo.toml crates/ledger-proto/build.rs ./crates/ledger-proto/
 COPY crates/ledger-devtools/Cargo.toml ./crates/ledger-devtools/
 COPY crates/ledger-client/Cargo.toml ./crates/ledger-client/
@@ -27,6 +27,8 @@ COPY crates/ledger-devtools/src ./crates/ledger-devtools/src
 COPY crates/ledger-client/src ./crates/ledger-client/src
 COPY crates/ledgerctl/src ./crates/ledgerctl/src
 COPY migrations ./migrations
+# askama.toml tells the console's templates where they live (src/console/templates).
+COPY askama.toml ./
 # The copies keep the context's times, which may be older than the stubs' build.
 RUN touch src/main.rs src/lib.rs crates/ledger-proto/src/lib.rs crates/ledger-devtools/src/lib.rs \
       crates/ledger-client/src/lib.rs crates/ledgerctl/src/main.rs \

@@ -5,7 +5,11 @@
 # - the Dockerfile builds with exactly `cargo build --release --locked -p ledger -p
 #   ledgerctl`, and that command succeeds here (its binaries are the ones the image
 #   ships);
-# - every file the Dockerfile COPYs from the context exists;
+# - every file the Dockerfile COPYs from the context exists, and every build script
+#   of the workspace and the templates' configuration (askama.toml) are among them (a
+#   package built without its build.rs lacks the code it generates, and without
+#   askama.toml the console's templates are looked for in the wrong folder; the build
+#   here, from the whole checkout, cannot show either);
 # - every LEDGER_* setting in the Dockerfile and docker-compose.yml is one that
 #   `ledger serve --help` documents, and the compose file has the shape the README
 #   promises (MySQL 8.4 with a healthcheck, the ledger waiting for it, 50051 and
@@ -26,6 +30,16 @@ grep -E '^COPY ' Dockerfile | grep -v -- '--from=' | while read -r _ rest; do
   while [ $# -gt 1 ]; do
     [ -e "$1" ] || fail "Dockerfile COPYs $1, which does not exist"
     shift
+  done
+done
+
+# A file the build reads is copied when it, or a folder that holds it, is a COPY source.
+copied=$(grep -E '^COPY ' Dockerfile | grep -v -- '--from=' | sed 's/^COPY //' | tr ' ' '\n')
+for script in $(find . \( -path ./target -o -path ./.git \) -prune -o \( -name build.rs -o -name askama.toml \) -print | sed 's|^\./||'); do
+  path=$script
+  until grep -qx "$path" <<<"$copied"; do
+    [ "$path" != "${path%/*}" ] || fail "Dockerfile does not COPY $script"
+    path=${path%/*}
   done
 done
 
