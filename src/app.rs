@@ -16,13 +16,14 @@ use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
-use crate::config::Settings;
+use crate::config::{ConsoleSettings, Settings};
+use crate::console::{self, Console};
 use crate::db::admin::migrate;
 use crate::db::admin::purge::Purger;
 use crate::db::stream::Assigner;
 use crate::db::{self, BeforeCommit, Persistence};
 use crate::grpc::auth::Authenticator;
-use crate::grpc::{LedgerService, PageTokens, ProtoEncoder, ResourceExhausted};
+use crate::grpc::{Admission, LedgerService, PageTokens, ProtoEncoder, Reader, ResourceExhausted};
 use crate::health;
 use crate::proto::pb;
 use crate::telemetry::metrics;
@@ -87,9 +88,48 @@ fn warn_about_plaintext_tokens(settings: &Settings) {
     }
 }
 
+/// The console's listener on its address; in the development setup, on the next
+/// free port when that one is taken.
+async fn bind_console(console: ConsoleSettings) -> anyhow::Result<TcpListener> {
+    /// Ports tried after a taken one, in the development setup.
+    const NEXT_PORTS: u16 = 20;
+    let mut addr = console.addr;
+    let tries = if console.next_free_port {
+        NEXT_PORTS
+    } else {
+        0
+    };
+    for _ in 0..tries {
+        match TcpListener::bind(addr).await {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                addr.set_port(addr.port().saturating_add(1));
+            }
+            bound => return bound.with_context(|| format!("cannot listen on {addr} (console)")),
+        }
+    }
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (console)"))
+}
+
+/// An unauthenticated console off loopback was asked for (`config`); say what it
+/// shows and to whom. Tokens from a browser cross the network in the clear too.
+fn warn_about_a_remote_console(settings: &Settings, addr: SocketAddr) {
+    if addr.ip().is_loopback() {
+        return;
+    }
+    if settings.auth.is_none() {
+        tracing::warn!(console = %addr, "the console is not on a loopback address and asks for no token: anyone who reaches it reads every account");
+    } else {
+        tracing::warn!(console = %addr, "the console serves plain HTTP on a non-loopback address: tokens typed into it cross the network in the clear; put it behind a TLS proxy");
+    }
+}
+
 #[derive(Debug)]
 pub struct Application {
     listener: TcpListener,
+    /// The web console's, when it is on.
+    console: Option<TcpListener>,
     persistence: Persistence,
     pages: PageTokens,
     settings: Settings,
@@ -144,8 +184,13 @@ impl Application {
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        let console = match settings.console {
+            Some(console) => Some(bind_console(console).await?),
+            None => None,
+        };
         Ok(Self {
             listener,
+            console,
             persistence,
             pages,
             settings,
@@ -160,6 +205,11 @@ impl Application {
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
+    /// The console's bound address, when it is on.
+    pub fn console_addr(&self) -> Option<SocketAddr> {
+        self.console.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     pub fn persistence(&self) -> &Persistence {
         &self.persistence
     }
@@ -171,6 +221,7 @@ impl Application {
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let Self {
             listener,
+            console,
             persistence,
             pages,
             settings,
@@ -198,8 +249,15 @@ impl Application {
             tokio::spawn(assigner.run(stop_watching.clone()))
         });
 
-        let router = router(&settings, &persistence, pages, &reporter)?;
+        let reader = Reader::new(
+            persistence.read_only(),
+            pages,
+            Admission::new(settings.max_concurrent_calls),
+        );
+        let router = router(&settings, &persistence, reader.clone(), &reporter)?;
         let stop_accepting = CancellationToken::new();
+        let console = console
+            .map(|listener| spawn_console(listener, &settings, reader, &reporter, &stop_accepting));
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let serving =
             router.serve_with_incoming_shutdown(incoming, stop_accepting.clone().cancelled_owned());
@@ -240,6 +298,13 @@ impl Application {
         } else {
             tracing::warn!("calls still in flight after the shutdown grace; stopping");
         }
+        if let Some(console) = console {
+            // Its pages' reads are over within their deadline, and its tails end
+            // with their watchers, ended above.
+            if tokio::time::timeout_at(deadline, console).await.is_err() {
+                tracing::warn!("console requests still in flight after the shutdown grace");
+            }
+        }
         if !persistence.drain(deadline).await {
             tracing::warn!("transactions still running after the shutdown grace");
         }
@@ -248,17 +313,43 @@ impl Application {
     }
 }
 
+/// Serves the console on `listener` until `stop` (when the gRPC server stops
+/// accepting calls).
+fn spawn_console(
+    listener: TcpListener,
+    settings: &Settings,
+    reader: Reader,
+    reporter: &HealthReporter,
+    stop: &CancellationToken,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    if let Ok(addr) = listener.local_addr() {
+        warn_about_a_remote_console(settings, addr);
+        tracing::info!(console = %format!("http://{addr}/"), "serving the console");
+    }
+    let pages = Console::new(
+        reader,
+        HealthService::from_health_reporter(reporter.clone()),
+        settings.auth.clone(),
+    )
+    .router();
+    tokio::spawn(console::serve(
+        listener,
+        pages,
+        stop.clone().cancelled_owned(),
+    ))
+}
+
 fn router(
     settings: &Settings,
     persistence: &Persistence,
-    pages: PageTokens,
+    reader: Reader,
     reporter: &HealthReporter,
 ) -> anyhow::Result<tonic::transport::server::Router> {
     let mut builder = Server::builder().max_concurrent_streams(settings.max_concurrent_streams);
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls.config())?;
     }
-    let ledger = LedgerService::new(persistence.clone(), pages, settings.max_concurrent_calls)
+    let ledger = LedgerService::new(persistence.clone(), reader)
         .into_server()
         .max_decoding_message_size(settings.max_message_bytes);
     let ledger = InterceptedService::new(

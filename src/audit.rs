@@ -1,9 +1,14 @@
 //! `ledger audit`: the ledger's invariants checked on a live database.
 //!
-//! - every account's balance equals what its entries added less what they took,
-//!   and no balance is negative; each entry's `balance_after` follows from the one
-//!   before; per currency, the balances equal the money that came in less what
-//!   went out, and transfers net to zero;
+//! - every account's balance equals what its entries added less what they took;
+//!   each entry's `balance_after` follows from the one before; per currency, the
+//!   balances equal the money that came in less what went out, and transfers net
+//!   to zero;
+//! - each debit other than a capture left its account at or above the floor in
+//!   force before it, and each credit at or below the ceiling; every account has
+//!   its opening limits, each change of limits is a LIMITS entry, and an
+//!   account's limits are those of its last change;
+//! - only calls that took effect carry metadata, and every pair is valid;
 //! - every entry has its key (unless retention purged it); every key has an
 //!   outcome; a successful call has exactly the entries of its method, and no
 //!   other key has any;

@@ -11,17 +11,25 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use ledger::app::Application;
-use ledger::config::{AuditArgs, DatabaseArgs, HealthcheckArgs, MigrateArgs, PurgeArgs, ServeArgs};
+use ledger::config::{
+    AuditArgs, ConsoleSettings, DatabaseArgs, HealthcheckArgs, MigrateArgs, PurgeArgs, ServeArgs,
+};
 use ledger::db::admin::migrate;
 use ledger_devtools::managed::{ManagedOptions, ManagedServer};
 
 /// The database the service uses on its private development server.
 const DEV_DATABASE: &str = "ledger";
 
-/// `ledger serve`: serves until SIGTERM or SIGINT, then drains and exits.
+/// `ledger serve`: serves until SIGTERM or SIGINT, then drains and exits. The
+/// development setup (no database URL) turns the console on, on loopback.
 pub(crate) async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let development = args.database.database_url.is_empty();
     with_database(&args.database, |url| async move {
-        let app = Application::build(args.settings(url)?, None).await?;
+        let mut settings = args.settings(url)?;
+        if development && settings.console.is_none() {
+            settings.console = Some(ConsoleSettings::development());
+        }
+        let app = Application::build(settings, None).await?;
         app.run_until(shutdown_signal()).await
     })
     .await

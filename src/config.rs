@@ -106,6 +106,18 @@ pub struct ServeArgs {
     #[arg(long, env = "LEDGER_AUTH_TOKENS_FILE", value_parser = parse_tokens_file)]
     pub auth_tokens_file: Option<Tokens>,
 
+    /// Serve the web console (read-only pages, a live tail) at this address (off
+    /// when unset; on at 127.0.0.1:8080, or the next free port, in the
+    /// development setup). Without --auth-tokens-file it must be a loopback
+    /// address, unless --console-allow-remote
+    #[arg(long, env = "LEDGER_CONSOLE_ADDR")]
+    pub console_addr: Option<SocketAddr>,
+
+    /// Let the console listen on a non-loopback address without authentication:
+    /// anyone who reaches it then reads every account
+    #[arg(long, env = "LEDGER_CONSOLE_ALLOW_REMOTE")]
+    pub console_allow_remote: bool,
+
     /// Serve TLS with this PEM certificate chain (needs --tls-key)
     #[arg(long, env = "LEDGER_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -127,7 +139,9 @@ pub struct ServeArgs {
     pub routing: Routing,
 
     /// Largest request message accepted, in bytes; larger ones get RESOURCE_EXHAUSTED
-    #[arg(long, env = "LEDGER_MAX_MESSAGE_SIZE", default_value_t = 65_536,
+    /// (1 MiB by default: the largest request the contract allows, a post of 256
+    /// legs with their descriptions and 50 long pairs of metadata, fits)
+    #[arg(long, env = "LEDGER_MAX_MESSAGE_SIZE", default_value_t = 1_048_576,
         value_parser = clap::value_parser!(u32).range(1024..=4_194_304))]
     pub max_message_size: u32,
 
@@ -292,8 +306,19 @@ impl ServeArgs {
             .filter(|u| **u != database_url)
             .cloned()
             .collect();
+        let console = self
+            .console_addr
+            .map(|addr| {
+                console_settings(
+                    addr,
+                    self.auth_tokens_file.is_some(),
+                    self.console_allow_remote,
+                )
+            })
+            .transpose()?;
         Ok(Settings {
             listen: self.listen,
+            console,
             database_url,
             failover_urls,
             session: Session {
@@ -327,10 +352,49 @@ impl ServeArgs {
     }
 }
 
+/// Where the console listens, checked against the rule that an unauthenticated
+/// console stays on loopback unless allowed off it.
+fn console_settings(
+    addr: SocketAddr,
+    authenticated: bool,
+    allow_remote: bool,
+) -> anyhow::Result<ConsoleSettings> {
+    anyhow::ensure!(
+        authenticated || allow_remote || addr.ip().is_loopback(),
+        "--console-addr {addr} is not a loopback address, and without --auth-tokens-file \
+         anyone who reaches it reads every account: pass --console-allow-remote to mean it"
+    );
+    Ok(ConsoleSettings {
+        addr,
+        next_free_port: false,
+    })
+}
+
+/// The web console's listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsoleSettings {
+    pub addr: SocketAddr,
+    /// When the port is taken, try the next ones (the development setup's
+    /// default); otherwise a taken port stops the start.
+    pub next_free_port: bool,
+}
+
+impl ConsoleSettings {
+    /// The development setup's console: loopback, port 8080 or the next free one.
+    pub fn development() -> Self {
+        Self {
+            addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 8080)),
+            next_free_port: true,
+        }
+    }
+}
+
 /// Everything `Application::build` needs, already validated.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub listen: SocketAddr,
+    /// The web console's address; off when `None`.
+    pub console: Option<ConsoleSettings>,
     /// The database; on a cluster, the node this instance prefers.
     pub database_url: String,
     /// Other nodes of the same database, tried in order when the preferred one
@@ -482,6 +546,36 @@ mod tests {
     fn bad_database_urls_do_not_echo_the_password() {
         let err = parse_database_url("mysql://root:hunter2@127.0.0.1:3306").unwrap_err();
         assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    /// Without tokens the console stays on loopback unless allowed off it; with
+    /// tokens, or allowed, it may listen anywhere.
+    #[test]
+    fn an_unauthenticated_console_stays_on_loopback_unless_allowed() {
+        let remote: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        let local: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        assert!(console_settings(local, false, false).is_ok());
+        assert!(console_settings("[::1]:8080".parse().unwrap(), false, false).is_ok());
+        let refused = console_settings(remote, false, false).unwrap_err();
+        assert!(
+            refused.to_string().contains("--console-allow-remote"),
+            "{refused}"
+        );
+        assert!(console_settings(remote, true, false).is_ok());
+        assert!(console_settings(remote, false, true).is_ok());
+        let serve = |args: &[&str]| {
+            let mut argv = vec!["ledger", "serve"];
+            argv.extend(args);
+            let Command::Serve(serve) = Cli::<Command>::try_parse_from(argv).unwrap().command
+            else {
+                panic!("serve");
+            };
+            serve.settings("mysql://root@127.0.0.1:3306/ledger".into())
+        };
+        assert!(serve(&[]).unwrap().console.is_none(), "off unless given");
+        assert!(serve(&["--console-addr", "0.0.0.0:8080"]).is_err());
+        let allowed = serve(&["--console-addr", "0.0.0.0:8080", "--console-allow-remote"]);
+        assert_eq!(allowed.unwrap().console.unwrap().addr, remote);
     }
 
     #[test]

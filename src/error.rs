@@ -77,6 +77,16 @@ pub enum Error {
     #[error("database unavailable: {reason}")]
     Unavailable { reason: String, recorded: Recorded },
 
+    /// A read that must wait for the change stream's numbers (a search, a balance
+    /// now) found no instance assigning them.
+    #[error("the change stream is not assigning sequences")]
+    StreamBehind,
+
+    /// A balance was asked for a point the ledger has not reached: a sequence not
+    /// yet assigned, or a time after the answer's own instant.
+    #[error("the point asked for is not reached yet")]
+    PointNotReached,
+
     /// The server is shutting down: a stream it would otherwise keep open ends
     /// (WatchEntries), to be resumed on another instance.
     #[error("the server is shutting down")]
@@ -137,6 +147,8 @@ impl Error {
             Self::Conflict { .. } => "transaction_conflict",
             Self::Unavailable { .. } => "database_unavailable",
             Self::ShuttingDown => "shutting_down",
+            Self::PointNotReached => "point_not_reached",
+            Self::StreamBehind => "stream_behind",
             Self::Overloaded { .. } => "overloaded",
             Self::DeadlineExceeded { .. } => "deadline_exceeded",
             Self::Cancelled => "cancelled",

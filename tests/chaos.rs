@@ -1,8 +1,8 @@
 //! The chaos suite: money is neither created nor lost, and every key takes effect
 //! at most once, while things break on purpose.
 //!
-//! Client tasks run a seeded workload of Credits and Charges against three
-//! `ledger serve` processes, each operation with its own key, retrying with the same
+//! Client tasks run a seeded workload (Credits, Charges, Transfers, Posts,
+//! Refunds, holds, limits and Reversals) against three `ledger serve` processes, each operation with its own key, retrying with the same
 //! key on UNAVAILABLE, ABORTED, DEADLINE_EXCEEDED and transport errors until a final
 //! answer; some operations go to two or three instances at once. Meanwhile a fault
 //! injector SIGKILLs and restarts instances, KILLs the service's database
@@ -105,6 +105,11 @@ async fn money_is_neither_created_nor_lost_under_faults() {
     let numbered = support::until_sequenced(&db, Duration::from_secs(30)).await;
     support::assert_stream_sound(&db).await;
     verify(&db, &accounts, &finals).await;
+    assert!(
+        counters.reversed.load(Ordering::Relaxed) > 0,
+        "some reversals reversed their original: {}",
+        counters.summary()
+    );
     let summary = format!(
         "chaos on {}: seed {seed}, {secs} s, {}; faults: {faults}; audit passed, balances match the model; \
          every entry numbered {numbered:?} after the load",

@@ -36,8 +36,8 @@ use ledger::proto::pb;
 use support::cluster::{Engine, engine};
 use support::{
     Config, Gate, LedgerProcess, TestApp, TestDb, assert_audit_passes, assert_one_did_the_work,
-    assert_stream_sound, at_once, charge, credit, free_port, leg, post, raw_call, replayed, scrape,
-    until_sequenced,
+    assert_stream_sound, at_once, charge, credit, free_port, leg, post, raw_call, replayed,
+    reverse, scrape, transfer, until_sequenced,
 };
 use tonic::Code;
 use tonic::metadata::MetadataMap;
@@ -66,10 +66,16 @@ fn cluster_db() -> TestDb {
 
 /// Runs the cluster's script.
 fn cluster(args: &[&str]) {
+    cluster_with(&[], args);
+}
+
+/// Runs the cluster's script with `env` added to its environment.
+fn cluster_with(env: &[(&str, &str)], args: &[&str]) {
     let script = engine().script();
     let status = std::process::Command::new("bash")
         .arg(script)
         .args(args)
+        .envs(env.iter().copied())
         .status()
         .unwrap();
     assert!(status.success(), "{script} {args:?}");
@@ -480,6 +486,60 @@ async fn posts_across_three_nodes_apply_once_and_conserve_money() {
     }
 }
 
+/// Reversals of one transfer under 12 keys, released together through
+/// instances on three nodes (SPEC 3.12): row locks do not reach across nodes,
+/// but the `reversals` row's primary key does, so exactly one reverses it, the
+/// others are told ALREADY_REVERSED with its key, its retry through another
+/// node replays, and the balances are the transfer's undone once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn reversals_of_one_transfer_racing_across_three_nodes_reverse_it_once() {
+    let db = cluster_db();
+    let apps = instances(&db, |_| Config::default()).await;
+    let from = apps[0].funded_account("USD", 500).await;
+    let to = apps[0].funded_account("USD", 0).await;
+    let channels = channels(&apps).await;
+    settle_call(
+        channels[0].clone(),
+        "Transfer",
+        transfer("pay", from, to, 200),
+    )
+    .await
+    .unwrap();
+
+    let key = |n: usize| format!("rev-{n:02}");
+    let calls = at_once(12, &channels, |n, channel| {
+        settle_call(channel, "Reverse", reverse(&key(n), "pay"))
+    });
+    let (mut winners, mut declines) = (Vec::new(), Vec::new());
+    for (n, call) in calls.into_iter().enumerate() {
+        match call.await.unwrap() {
+            Ok((_, reply)) => winners.push((n, reply)),
+            Err(status) => declines.push(status),
+        }
+    }
+    let [(winner, reply)] = winners.as_slice() else {
+        panic!("exactly one reverses it: {winners:?}, {declines:?}");
+    };
+    for status in &declines {
+        assert_eq!(support::reason(status), "ALREADY_REVERSED", "{status:?}");
+        assert_eq!(support::info(status, "reversal_key"), Some(key(*winner)));
+    }
+    let other = channels[(winner + 1) % channels.len()].clone();
+    let (meta, again) = settle_call(other, "Reverse", reverse(&key(*winner), "pay"))
+        .await
+        .unwrap();
+    assert!(replayed(&meta));
+    assert_eq!(&again, reply, "the winner's retry replays byte for byte");
+
+    assert_eq!(db.balance(from).await, 500);
+    assert_eq!(db.balance(to).await, 0);
+    assert_eq!(db.count("SELECT COUNT(*) FROM reversals").await, 1);
+    for node in nodes() {
+        assert_audit_passes(&db.url_on(&node)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
 async fn declines_and_reuse_hold_across_nodes() {
@@ -500,6 +560,7 @@ async fn declines_and_reuse_hold_across_nodes() {
         amount: 100,
         currency: "USD".into(),
         description: String::new(),
+        ..Default::default()
     };
     apps[1].client().await.credit(fund).await.unwrap();
     let again = settle(apps[2].channel().await, charge("too-much", account, 50))
@@ -523,6 +584,247 @@ async fn declines_and_reuse_hold_across_nodes() {
         "IDEMPOTENCY_KEY_REUSED"
     );
     assert_eq!(db.balance(account).await, 105);
+}
+
+/// Limits moved under load across nodes (SPEC 3.9): 8 callers through
+/// instances on two nodes charge, credit and place holds on one account while
+/// another moves its floor every 40 ms, through both: every debit met the floor
+/// in force before it, and each SetLimits answered wrote one LIMITS entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn limits_moved_through_two_nodes_meet_every_debit() {
+    let db = cluster_db();
+    let apps = instances(&db, |_| Config::default()).await;
+    let channels = channels(&apps[..2]).await;
+    let (account, counts) = support::limits::storm(&channels, Duration::from_secs(4)).await;
+    println!("limits storm through two nodes: {counts:?}");
+    support::limits::assert_storm_sound(&db, channels[1].clone(), account, &counts).await;
+}
+
+/// Search reads its own writes across nodes (SPEC 3.11): 80 charges through an
+/// instance on node 1, each followed at once by a search for its own pair
+/// through an instance on node 2: each finds its entry, numbered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn searches_through_another_node_read_their_writes() {
+    let db = cluster_db();
+    let apps = instances(&db, |_| Config::default()).await;
+    let channels = channels(&apps[..2]).await;
+    let account = apps[0].funded_account("USD", 1_000_000).await;
+    support::metadata::assert_searches_read_their_writes(
+        channels[0].clone(),
+        channels[1].clone(),
+        account,
+        80,
+    )
+    .await;
+}
+
+/// A search through a node that has not applied a charge answered through
+/// another waits for it rather than answering without it: while node 3's
+/// applier is held, the search's first read waits there, and once released it
+/// finds the charge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn a_search_through_a_lagging_node_waits_for_a_charge_made_through_another() {
+    use support::metadata::{search, tagged};
+    let nodes = nodes();
+    let db = cluster_db();
+    let (writer, lagging) = writer_and_lagging(&db, 2).await;
+    let account = writer.funded_account("USD", 10).await;
+    let lagging = lagging.channel().await;
+    let list = [("order_id", "late")];
+    // A search before: the lagging instance's read pool is open.
+    let none = pb::ledger_client::LedgerClient::new(lagging.clone())
+        .search_entries(search(&list, 0, 0, ""))
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    assert!(none.is_empty());
+
+    let applier = Applier::hold(&db, &nodes[0], &nodes[2]).await;
+    let charged = writer
+        .client()
+        .await
+        .charge(tagged("while-held", account, 5, &list))
+        .await
+        .unwrap()
+        .into_inner()
+        .entry
+        .unwrap();
+    let mut read = tokio::spawn(async move {
+        pb::ledger_client::LedgerClient::new(lagging)
+            .search_entries(search(&list, 0, 0, ""))
+            .await
+            .unwrap()
+            .into_inner()
+            .entries
+    });
+    applier
+        .until_waiting(
+            &mut read,
+            "%FORCE INDEX (stream_commits_sequence) WHERE first_sequence IS NULL%",
+        )
+        .await;
+    applier.release().await;
+    let hits = read.await.unwrap();
+    assert_eq!(hits.len(), 1, "the search waited for the charge");
+    assert_eq!(hits[0].entry_id, charged.entry_id);
+    assert!(hits[0].sequence > 0);
+}
+
+/// Balances at a point across nodes (SPEC 3.10): a random history written
+/// through instances on nodes 1 and 2 at once, then every point asked through
+/// all three nodes, each equal to a replay of the journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn balances_asked_through_every_node_replay_the_journal() {
+    let db = cluster_db();
+    let apps = instances(&db, |_| Config::default()).await;
+    let channels = channels(&apps).await;
+    let history = support::balances::random_history(&channels[0], &channels[1], 80, 0xc1a5).await;
+    until_sequenced(&db, Duration::from_secs(30)).await;
+    support::balances::assert_every_point_replays(&channels, &history).await;
+    assert_audit_passes(&db.url).await;
+}
+
+/// A balance for a time just after a charge's stamp, asked through node 2 while
+/// the charge's COMMIT through node 1 is held back by a proxy: the answer and
+/// the journal agree whichever certified first (the charge in it and stamped at
+/// or before the point, or out of it and stamped after), and it is the same
+/// when asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn a_balance_at_a_time_agrees_with_a_commit_held_on_another_node() {
+    use support::balances::{Point, get_balance, micros};
+    let nodes = nodes();
+    let db = cluster_db();
+    let proxy = support::proxy::Proxy::start(&nodes[0]).await;
+    let late = TestApp::spawn_with(
+        &db,
+        Config {
+            pool_size: 4,
+            database_url: Some(proxy.url(&nodes[0], &db.name)),
+            ..Config::default()
+        },
+    )
+    .await;
+    let asker = on_node(
+        &db,
+        1,
+        Config {
+            pool_size: 4,
+            ..Config::default()
+        },
+    )
+    .await;
+    let account = asker.funded_account("USD", 100).await;
+    until_sequenced(&db, Duration::from_secs(30)).await;
+
+    let held = proxy.hold_query(&[&support::hex("held"), "COMMIT"], Duration::from_secs(3));
+    let mut client = late.client().await;
+    let call = tokio::spawn(async move { client.charge(charge("held", account, 5)).await });
+    tokio::time::timeout(Duration::from_secs(20), held.notified())
+        .await
+        .expect("the held charge's COMMIT reaches the proxy");
+    let now: (i64,) = {
+        use mysql_async::prelude::Queryable as _;
+        let mut conn = mysql_async::Conn::from_url(&nodes[0]).await.unwrap();
+        conn.query_first("SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))")
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let channel = asker.channel().await;
+    let answer = get_balance(&channel, account, Point::Micros(now.0))
+        .await
+        .unwrap();
+    let entry = call.await.unwrap().unwrap().into_inner().entry.unwrap();
+    let stamped = micros(entry.created_at.as_ref().unwrap());
+    if answer.balance == 95 {
+        assert!(
+            stamped <= now.0,
+            "in the answer, so stamped at or before the point"
+        );
+        assert_eq!(answer.created_at, entry.created_at);
+    } else {
+        assert_eq!(answer.balance, 100, "{answer:?}");
+        assert!(
+            stamped > now.0,
+            "{stamped}: left out, so stamped after {}",
+            now.0
+        );
+    }
+    println!(
+        "held commit on another node: the charge {} the answer",
+        if answer.balance == 95 { "in" } else { "after" }
+    );
+    until_sequenced(&db, Duration::from_secs(30)).await;
+    for channel in channels(&[late, asker]).await {
+        let again = get_balance(&channel, account, Point::Micros(now.0))
+            .await
+            .unwrap();
+        assert_eq!(again, answer, "the same answer for the same point");
+    }
+    assert_audit_passes(&db.url).await;
+}
+
+/// `created_at` never goes backwards along a journal through a node whose clock
+/// is behind (SPEC 3.10): node 3 restarted with its wall clock 30 s behind
+/// (libfaketime), a random history on one account through nodes 1 and 3, and
+/// every entry is stamped at or after the one before it, balances by time
+/// replay, and the audit passes. Node 3 is restarted on the true clock after,
+/// also when the test fails, so the tests after it find the cluster as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn a_node_whose_clock_is_behind_stamps_the_accounts_last_time() {
+    use mysql_async::prelude::Queryable as _;
+    /// Node 3 on a clock 30 s behind, until dropped.
+    struct Behind;
+    impl Drop for Behind {
+        fn drop(&mut self) {
+            cluster(&["kill", "3"]);
+            cluster(&["restart-node", "3"]);
+        }
+    }
+    let nodes = nodes();
+    cluster(&["kill", "3"]);
+    cluster_with(&[("CLOCK_OFFSET", "-30")], &["restart-node", "3"]);
+    let behind_node = Behind;
+    let clock = async |node: &str| -> i64 {
+        let mut conn = mysql_async::Conn::from_url(node).await.unwrap();
+        let at: Option<i64> = conn
+            .query_first("SELECT TIMESTAMPDIFF(SECOND, '1970-01-01', SYSDATE())")
+            .await
+            .unwrap();
+        at.unwrap()
+    };
+    let behind = clock(&nodes[0]).await - clock(&nodes[2]).await;
+    assert!((25..=35).contains(&behind), "node 3 is {behind} s behind");
+
+    let db = cluster_db();
+    let small = Config {
+        pool_size: 4,
+        ..Config::default()
+    };
+    let (on_1, on_3) = (
+        on_node(&db, 0, small.clone()).await,
+        on_node(&db, 2, small).await,
+    );
+    let channels = [on_1.channel().await, on_3.channel().await];
+    let history = support::balances::random_history(&channels[0], &channels[1], 60, 0x0c10c).await;
+    until_sequenced(&db, Duration::from_secs(60)).await;
+    let journal = support::balances::journal(&channels[0], history.main).await;
+    let stamps: Vec<i64> = journal
+        .iter()
+        .map(|e| support::balances::micros(e.created_at.as_ref().unwrap()))
+        .collect();
+    assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "{stamps:?}");
+    support::balances::assert_every_point_replays(&channels, &history).await;
+    assert_audit_passes(&db.url).await;
+    drop((on_1, on_3));
+    drop(behind_node);
 }
 
 /// Retrying clients spread over instances on all three nodes; node 2 is SIGKILLed

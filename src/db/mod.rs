@@ -32,9 +32,10 @@ use crate::ledger::{DeclineEncoder, KeyedOutcome, ScopedKey};
 use crate::ops::{Command, Method};
 pub use conn::pool::{MultiPrimary, Pool, PoolSettings, Role, Session};
 pub use conn::route::{Nodes, Routing};
-use exec::{group, ids, keyed, writes};
+use exec::{group, ids, keyed, locate, writer, writes};
+pub use tables::holds::OpenAfter;
 pub use tables::idempotency::KeyRow;
-pub use tables::reads::Page;
+pub use tables::reads::{Found, HoldPage, Page};
 pub use watch::{Entries, WatchStats};
 
 /// The reads of the exactly-once transaction that lock or check rows by lists of
@@ -79,6 +80,35 @@ pub fn keyed_reads(
     reads
 }
 
+/// The reads of ListHolds (a first page and a later one of `account`) and of a
+/// hold's capture entry, with their values written in, to check their plans with
+/// `EXPLAIN`: each reaches the account's open holds, or the hold and its entry,
+/// through an index.
+pub fn hold_reads(account: u64, hold: u64) -> Vec<(&'static str, String)> {
+    use tables::holds::{OpenAfter, capture_of_sql, open_page_sql};
+    let (Ok(account), Ok(hold)) = (
+        crate::ledger::AccountId::parse("account_id", account),
+        crate::ledger::HoldId::parse("hold_id", hold),
+    ) else {
+        return Vec::new();
+    };
+    let later = OpenAfter {
+        created_micros: 1_790_000_000_000_000,
+        hold_id: 1,
+    };
+    vec![
+        (
+            "a first page of open holds",
+            open_page_sql(account, OpenAfter::default(), 101).literal(),
+        ),
+        (
+            "a later page of open holds",
+            open_page_sql(account, later, 101).literal(),
+        ),
+        ("a hold's capture", capture_of_sql(hold).literal()),
+    ]
+}
+
 /// The change stream's reads (`watch`), with their values written in, to check
 /// their plans with `EXPLAIN`: the highest sequence, a page of every account's
 /// entries and of `account`'s after `after` (after a sequence, and after a place
@@ -106,6 +136,106 @@ pub fn stream_reads(account: u64, after: u64, through: u64) -> Vec<(&'static str
         (
             "the tail",
             numbered_sql(through, u64::MAX, watch::BATCH_LIMIT).literal(),
+        ),
+    ]
+}
+
+/// The reads of metadata (SPEC 3.11) over `pairs` (at least one), for an
+/// account's search and an account listing, with their values written in, to
+/// check their plans with `EXPLAIN`: each must reach its rows through an index,
+/// so a search costs what its driving pair matches, not what the ledger holds.
+pub fn metadata_reads(
+    pairs: &crate::ledger::Metadata,
+    account: u64,
+    keys: &[(Vec<u8>, Vec<u8>)],
+    commits: &[u64],
+) -> Vec<(&'static str, String)> {
+    use tables::metadata::{Filter, counts_sql, of_accounts_sql, of_keys_sql};
+    let Some(filter) = Filter::driven_by_first(pairs) else {
+        return Vec::new();
+    };
+    let all: Vec<(String, String)> = pairs
+        .pairs()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let id = crate::ledger::AccountId::parse("account_id", account).ok();
+    vec![
+        ("each pair's matches", counts_sql(&all).literal()),
+        (
+            "a search of every account",
+            tables::entries::search_sql(&filter, None, 0, u64::MAX, 100).literal(),
+        ),
+        (
+            "a search of one account",
+            tables::entries::search_sql(&filter, id, 0, u64::MAX, 100).literal(),
+        ),
+        (
+            "accounts by metadata",
+            tables::accounts::list_sql(Some(&filter), 0, 100).literal(),
+        ),
+        (
+            "every account",
+            tables::accounts::list_sql(None, 0, 100).literal(),
+        ),
+        ("the pairs of calls", of_keys_sql(keys).literal()),
+        (
+            "the pairs of accounts",
+            of_accounts_sql(&[account]).literal(),
+        ),
+        (
+            "the commits still unnumbered",
+            tables::commits::still_unnumbered_sql(commits).literal(),
+        ),
+        (
+            "the commits unnumbered",
+            tables::commits::UNNUMBERED_SQL.to_owned(),
+        ),
+    ]
+}
+
+/// The reads of a balance at a point (SPEC 3.10) of `account`, with their values written in, to check their plans with `EXPLAIN`:
+/// each must reach its rows through an index, so the answer costs the same
+/// whatever the journal's length.
+pub fn balance_reads(account: u64) -> Vec<(&'static str, String)> {
+    use tables::balances::{Place, Upto, balance_sql, lock_sql, stamp_past_sql};
+    let Ok(id) = crate::ledger::AccountId::parse("account_id", account) else {
+        return Vec::new();
+    };
+    let search = |upto| balance_sql(id, Place::Search(upto)).literal();
+    vec![
+        ("the balance at a sequence", search(Upto::Sequence(3))),
+        (
+            "the balance at a time",
+            search(Upto::Micros(1_800_000_000_000_000)),
+        ),
+        ("the balance now", balance_sql(id, Place::Last).literal()),
+        (
+            "the balance at a place",
+            balance_sql(id, Place::At(7)).literal(),
+        ),
+        ("the account locked for a time", lock_sql(id).literal()),
+        (
+            "the account's time moved past a point",
+            stamp_past_sql(id, 1_800_000_000_000_000).literal(),
+        ),
+    ]
+}
+
+/// The reads of a reversal (SPEC 3.12) of the operations under `originals`,
+/// with their values written in, to check their plans with `EXPLAIN`: the
+/// originals' entries (located, then loaded once their accounts are locked)
+/// and whether a reversal of each committed. Each must reach its rows through
+/// an index, on `entries_key` and the `reversals` primary key.
+pub fn reversal_reads(originals: &[ScopedKey]) -> Vec<(&'static str, String)> {
+    let refs: Vec<&ScopedKey> = originals.iter().collect();
+    vec![
+        (
+            "the originals' entries",
+            tables::entries::of_keys_sql(&refs).literal(),
+        ),
+        (
+            "the originals' reversals",
+            tables::reversals::reversed_by_sql(&refs).literal(),
         ),
     ]
 }
@@ -188,6 +318,8 @@ struct Inner {
     keyed: Nodes,
     reads: Pool,
     ids: Arc<ids::Ids>,
+    /// The accounts of the entries and holds calls name.
+    locator: locate::Locator,
     /// The transaction tasks, so shutdown can wait for them to commit or roll back.
     tasks: TaskTracker,
     limits: Limits,
@@ -195,12 +327,29 @@ struct Inner {
     encoder: Arc<dyn DeclineEncoder>,
     before_commit: Option<BeforeCommit>,
     /// Where keyed calls wait for a batch, with group commit on.
-    group: Option<group::Queue>,
+    group: Option<writer::Queue>,
     /// The change stream's tail, shared by every watcher of this instance.
     tail: watch::Tail,
     /// Between the writers and the change stream's assigner: committed entries
     /// to number, and the highest number assigned.
     stream: Arc<stream::Signals>,
+}
+
+/// The ledger's reads, and nothing else: the read-only operations of
+/// [`Persistence`] (`tables::reads`, and `watch`'s streams). It holds no way to
+/// the keyed path (`Persistence::execute`), so what holds only this, the console,
+/// cannot change anything.
+#[derive(Debug, Clone)]
+pub struct Reads {
+    db: Persistence,
+}
+
+impl Reads {
+    /// The highest change-stream sequence assigned, as this instance knows it
+    /// ([`Persistence::assigned`]).
+    pub fn assigned(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.db.assigned()
+    }
 }
 
 /// A [`Persistence`] that does not keep it alive (for its own background tasks).
@@ -230,7 +379,7 @@ impl Persistence {
         before_commit: Option<BeforeCommit>,
     ) -> Self {
         let (group, writers) = if limits.batch_writers > 0 {
-            let (queue, writers) = group::Queue::start(limits.batch_writers);
+            let (queue, writers) = writer::Queue::start(limits.batch_writers);
             (Some(queue), Some(writers))
         } else {
             (None, None)
@@ -240,6 +389,7 @@ impl Persistence {
                 keyed: pools.keyed,
                 reads: pools.reads,
                 ids: Arc::default(),
+                locator: locate::Locator::default(),
                 tasks: TaskTracker::new(),
                 limits,
                 encoder,
@@ -268,6 +418,11 @@ impl Persistence {
         }
     }
 
+    /// The reads alone, for what must not write.
+    pub fn read_only(&self) -> Reads {
+        Reads { db: self.clone() }
+    }
+
     /// The pool of plain reads, which also serves health checks.
     pub fn reads(&self) -> &Pool {
         &self.inner.reads
@@ -281,33 +436,39 @@ impl Persistence {
     /// Runs a keyed command exactly once (SPEC 3.2). The work runs in a batch
     /// writer's task (`group`) or in its own, so it completes (commits or rolls
     /// back) even when the caller goes away and this future is dropped; no
-    /// half-finished transaction returns to the pool.
+    /// half-finished transaction returns to the pool. The accounts it touches
+    /// are found first (`locate`): its writer and its node go by them.
     pub async fn execute(
         &self,
         call: &Call,
         key: ScopedKey,
         command: Command,
     ) -> Result<KeyedOutcome, Error> {
-        let (key, command) = match &self.inner.group {
+        let reach = self
+            .inner
+            .locator
+            .reach(&command.needs(), &key.namespace, &self.inner.reads, call)
+            .await;
+        let (key, command, reach) = match &self.inner.group {
             Some(queue) => {
                 let (answer, answered) = tokio::sync::oneshot::channel();
-                let member = group::Member::new(call.clone(), key, command, answer);
+                let member = group::Member::new(call.clone(), key, command, reach, answer);
                 match queue.push(member)? {
                     None => {
                         return answered
                             .await
                             .map_err(|_| Error::internal("a batch dropped its call unanswered"))?;
                     }
-                    Some(alone) => (alone.key, alone.command),
+                    Some(alone) => (alone.key, alone.command, alone.reach),
                 }
             }
-            None => (key, command),
+            None => (key, command, reach),
         };
         let this = self.clone();
         let call = call.clone();
         self.inner
             .tasks
-            .spawn(async move { keyed::run(&this, &call, &key, &command).await })
+            .spawn(async move { keyed::run(&this, &call, &key, &command, &reach).await })
             .await
             .map_err(|e| Error::internal(format!("transaction task failed: {e}")))?
     }
@@ -324,9 +485,18 @@ impl Persistence {
         self.inner.stream.assigned()
     }
 
+    /// The group-commit writer (of `--batch-writers`) that serves the calls whose
+    /// lowest account is `account_id`; `None` without group commit.
+    pub fn batch_writer(&self, account_id: u64) -> Option<usize> {
+        self.inner
+            .group
+            .as_ref()
+            .map(|queue| queue.writer_of(account_id))
+    }
+
     /// Keyed calls waiting for a group-commit writer (0 without group commit).
     pub fn waiting_calls(&self) -> usize {
-        self.inner.group.as_ref().map_or(0, group::Queue::waiting)
+        self.inner.group.as_ref().map_or(0, writer::Queue::waiting)
     }
 
     /// Stops taking new transactions and waits, until `deadline`, for those running

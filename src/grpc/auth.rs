@@ -102,7 +102,8 @@ impl Tokens {
         Ok(Self(Arc::new(by_hash)))
     }
 
-    fn client(&self, token: &str) -> Option<&Client> {
+    /// The client whose token this is.
+    pub fn client(&self, token: &str) -> Option<&Client> {
         let hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         self.0.get(&hash)
     }

@@ -1,8 +1,9 @@
 //! Requests larger than the configured maximum are refused with RESOURCE_EXHAUSTED,
 //! the code gRPC specifies for it, before any work. tonic checks each message's
 //! length prefix against `max_decoding_message_size` but answers OUT_OF_RANGE; this
-//! wrapper gives that answer the right code and the usual `ErrorInfo`. The ledger
-//! itself never answers OUT_OF_RANGE, so nothing else is renamed.
+//! wrapper gives that answer the right code and the usual `ErrorInfo`. The ledger's
+//! own OUT_OF_RANGE (POINT_NOT_REACHED, SPEC 3.10) always carries its `ErrorInfo`
+//! in `grpc-status-details-bin`, and tonic's never does: only tonic's is renamed.
 
 use std::task::{Context, Poll};
 
@@ -43,11 +44,11 @@ where
 
 fn rename<B: Default, E>(answer: Answer<B, E>) -> Answer<B, E> {
     let response = answer?;
-    let out_of_range = response
-        .headers()
+    let headers = response.headers();
+    let out_of_range = headers
         .get("grpc-status")
         .is_some_and(|v| v.as_bytes() == b"11");
-    if !out_of_range {
+    if !out_of_range || headers.contains_key("grpc-status-details-bin") {
         return Ok(response);
     }
     Ok(with_info(

@@ -6,11 +6,13 @@
 //! - `auth`: optional bearer tokens, the key namespace per client, and the
 //!   methods each client may call: a transport concern, read from the request's
 //!   metadata before any RPC runs.
+//! - `reads`: the read RPCs, shared with the console, and the admission of
+//!   calls (grants, the limit of concurrent calls) every call goes through.
 //! - `request`: the read RPCs' requests -> validated domain values.
 //! - `outcome`: the bytes stored under a key -> the answer, and the encoding of
 //!   declines.
 //! - `status`: the one mapping from [`crate::error::Error`] to `tonic::Status`.
-//! - `pages`: ListEntries' page tokens.
+//! - `pages`: the page tokens of ListEntries and ListHolds.
 //! - `deadline`: the caller's deadline from the `grpc-timeout` header.
 //! - `limits`: RESOURCE_EXHAUSTED for oversized requests.
 
@@ -19,6 +21,7 @@ mod deadline;
 mod limits;
 mod outcome;
 mod pages;
+mod reads;
 mod request;
 mod service;
 mod status;
@@ -26,8 +29,9 @@ mod status;
 pub use limits::ResourceExhausted;
 pub use outcome::ProtoEncoder;
 pub use pages::PageTokens;
+pub use reads::{Admission, Reader};
 pub use service::LedgerService;
-pub use status::{DOMAIN, REPLAYED_HEADER, unauthenticated};
+pub use status::{DOMAIN, REPLAYED_HEADER, report, unauthenticated};
 
 /// The methods of `ledger.v1.Ledger`, as the wire contract names them.
 pub fn method_names() -> Vec<String> {

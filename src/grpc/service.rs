@@ -2,38 +2,30 @@
 //! operations' registry (`ops::operations!`), one generic handler for all; each
 //! read is one line naming how its answer is made.
 
-use std::sync::Arc;
-
-use prost::Message;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status};
 use tracing::Instrument as _;
 
 use super::deadline;
 use super::outcome;
-use super::pages::PageTokens;
-use super::request;
+use super::reads::Reader;
 use super::status::report;
 use crate::call::{Abandoned, Call};
 use crate::db::Persistence;
 use crate::error::Error;
 use crate::grpc::auth::Client;
-use crate::ledger::{IdempotencyKey, ScopedKey};
-use crate::ops::{
-    self, Method, Operation, account_message, entry_message, hold_message, timestamp,
-};
+use crate::ledger::ScopedKey;
+use crate::ops::{self, Operation, entry_message};
 use crate::proto::pb;
 use crate::proto::pb::ledger_server::Ledger;
 use crate::telemetry::metrics;
 
 #[derive(Debug, Clone)]
 pub struct LedgerService {
+    /// The keyed path.
     db: Persistence,
-    pages: PageTokens,
-    /// Calls being served; past the limit, new ones are refused at once.
-    calls: Arc<Semaphore>,
-    limit: usize,
+    /// The reads, and the admission of every call.
+    reader: Reader,
 }
 
 /// One call being served: the caller, and its deadline and place under the
@@ -44,47 +36,31 @@ struct Serving {
 }
 
 impl LedgerService {
-    /// At most `max_calls` calls are served at once.
-    pub fn new(db: Persistence, pages: PageTokens, max_calls: usize) -> Self {
-        Self {
-            db,
-            pages,
-            calls: Arc::new(Semaphore::new(max_calls)),
-            limit: max_calls,
-        }
+    /// Serves keyed calls on `db`, and reads (and admits every call) through
+    /// `reader`.
+    pub fn new(db: Persistence, reader: Reader) -> Self {
+        Self { db, reader }
     }
 
     pub fn into_server(self) -> pb::ledger_server::LedgerServer<Self> {
         pb::ledger_server::LedgerServer::new(self)
     }
 
-    /// The caller, if it may call `method`.
-    fn granted<T>(method: &'static str, request: &Request<T>) -> Result<Client, Error> {
-        let client = request
+    /// The caller, as the authenticator found it.
+    fn client<T>(request: &Request<T>) -> Result<Client, Error> {
+        request
             .extensions()
             .get::<Client>()
             .cloned()
-            .ok_or_else(|| Error::internal("no client: the authenticator did not run"))?;
-        if !client.may_call(method) {
-            return Err(Error::PermissionDenied(method));
-        }
-        Ok(client)
+            .ok_or_else(|| Error::internal("no client: the authenticator did not run"))
     }
 
     /// Admits a call: the client may call `method`, and the server is under its
     /// limit of concurrent calls.
     fn admit<T>(&self, method: &'static str, request: &Request<T>) -> Result<Serving, Error> {
-        let client = Self::granted(method, request)?;
-        let permit = self
-            .calls
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| Error::Overloaded {
-                limit: self.limit,
-                what: "calls",
-            })?;
+        let client = Self::client(request)?;
         let call = deadline::call_for(request);
-        call.hold_place(permit);
+        self.reader.admission().admit(&client, &[method], &call)?;
         Ok(Serving { client, call })
     }
 
@@ -131,12 +107,12 @@ impl LedgerService {
         work.instrument(span).await
     }
 
-    /// Runs and renders one read.
+    /// Runs and renders one read of `client`.
     async fn read<Req, M, F>(
         &self,
         name: &'static str,
         request: Request<Req>,
-        read: impl FnOnce(Req, Call) -> F,
+        read: impl FnOnce(Req, Client, Call) -> F,
     ) -> Result<Response<M>, Status>
     where
         F: Future<Output = Result<M, Error>>,
@@ -145,9 +121,13 @@ impl LedgerService {
         let work = async {
             let started = Instant::now();
             let answer = async {
-                let serving = self.admit(name, &request)?;
-                let call = serving.call.clone();
-                answer(&call, read(request.into_inner(), serving.call)).await
+                let client = Self::client(&request)?;
+                let call = deadline::call_for(&request);
+                let request = request.into_inner();
+                let who = client.clone();
+                self.reader
+                    .serve(&client, &[name], call, |call| read(request, who, call))
+                    .await
             }
             .await;
             let rendered = answer.map(Response::new).map_err(|e| fail(&e));
@@ -170,9 +150,11 @@ impl LedgerService {
         let work = async {
             let started = Instant::now();
             let opened = async {
-                Self::granted(NAME, &request)?;
-                let (account, after) = request::watch_entries(request.get_ref());
-                self.db.watch_entries(account, after).await
+                let client = Self::client(&request)?;
+                if !client.may_call(NAME) {
+                    return Err(Error::PermissionDenied(NAME));
+                }
+                self.reader.watch_entries(request.get_ref()).await
             }
             .await;
             let rendered = opened
@@ -182,86 +164,6 @@ impl LedgerService {
             rendered
         };
         work.instrument(span).await
-    }
-
-    async fn get_account(
-        &self,
-        request: pb::GetAccountRequest,
-        call: Call,
-    ) -> Result<pb::Account, Error> {
-        let id = request::account_id(request)?;
-        Ok(account_message(&self.db.get_account(&call, id).await?))
-    }
-
-    async fn get_entry(
-        &self,
-        request: pb::GetEntryRequest,
-        call: Call,
-    ) -> Result<pb::Entry, Error> {
-        let id = request::entry_id(request)?;
-        Ok(entry_message(&self.db.get_entry(&call, id).await?))
-    }
-
-    async fn get_hold(&self, request: pb::GetHoldRequest, call: Call) -> Result<pb::Hold, Error> {
-        let id = request::hold_id(request)?;
-        let (hold, now) = self.db.get_hold(&call, id).await?;
-        Ok(hold_message(&hold, hold.state_at(now)))
-    }
-
-    async fn list_entries(
-        &self,
-        request: pb::ListEntriesRequest,
-        call: Call,
-    ) -> Result<pb::ListEntriesReply, Error> {
-        let (account, size) = request::list_entries(&request)?;
-        let after = self.pages.read(account, &request.page_token)?;
-        let page = self.db.list_entries(&call, account, after, size).await?;
-        let next_page_token = match page.entries.last() {
-            Some((last, _)) if page.more => self.pages.issue(account, *last),
-            _ => String::new(),
-        };
-        Ok(pb::ListEntriesReply {
-            entries: page.entries.iter().map(|(_, e)| entry_message(e)).collect(),
-            next_page_token,
-        })
-    }
-
-    async fn lookup_key(
-        &self,
-        request: pb::LookupKeyRequest,
-        call: Call,
-        client: Option<Client>,
-    ) -> Result<pb::KeyRecord, Error> {
-        let client =
-            client.ok_or_else(|| Error::internal("no client: the authenticator did not run"))?;
-        let key: IdempotencyKey = request::lookup_key(request)?;
-        let scoped = ScopedKey {
-            namespace: client.namespace,
-            key,
-        };
-        let row = self
-            .db
-            .look_up_key(&call, &scoped)
-            .await?
-            .ok_or(Error::KeyNotFound)?;
-        let method = Method::from_code(row.method)
-            .ok_or_else(|| Error::internal(format!("unknown method {}", row.method)))?;
-        let stored = row
-            .outcome()
-            .ok_or_else(|| Error::internal("a committed key row has no outcome"))?;
-        let outcome = if stored.code == Code::Ok as i32 {
-            pb::key_record::Outcome::Reply(stored.body)
-        } else {
-            let status = tonic_types::pb::Status::decode(stored.body.as_slice())
-                .map_err(|e| Error::internal(format!("stored status does not decode: {e}")))?;
-            pb::key_record::Outcome::Error(status)
-        };
-        Ok(pb::KeyRecord {
-            idempotency_key: scoped.key.as_str().to_owned(),
-            method: format!("/ledger.v1.Ledger/{}", method.name()),
-            created_at: Some(timestamp(row.created_at.and_utc())),
-            outcome: Some(outcome),
-        })
     }
 }
 
@@ -315,7 +217,10 @@ fn fail(error: &Error) -> Status {
 /// A COMMIT in flight is waited for until the caller's own deadline. If this
 /// future is dropped (the caller went away), the call is abandoned, so the work
 /// rolls back instead of committing.
-async fn answer<T>(call: &Call, work: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+pub(super) async fn answer<T>(
+    call: &Call,
+    work: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
     struct AbandonOnDrop<'a>(&'a Call);
     impl Drop for AbandonOnDrop<'_> {
         fn drop(&mut self) {
@@ -358,28 +263,77 @@ macro_rules! ledger_service {
                 &self,
                 request: Request<pb::GetAccountRequest>,
             ) -> Result<Response<pb::Account>, Status> {
-                self.read("GetAccount", request, |r, call| self.get_account(r, call)).await
+                let reader = &self.reader;
+                self.read("GetAccount", request, |r, _, call| async move {
+                    reader.get_account(r, &call).await
+                })
+                .await
             }
 
             async fn get_entry(
                 &self,
                 request: Request<pb::GetEntryRequest>,
             ) -> Result<Response<pb::Entry>, Status> {
-                self.read("GetEntry", request, |r, call| self.get_entry(r, call)).await
+                let reader = &self.reader;
+                self.read("GetEntry", request, |r, _, call| async move {
+                    reader.get_entry(r, &call).await
+                })
+                .await
             }
 
             async fn list_entries(
                 &self,
                 request: Request<pb::ListEntriesRequest>,
             ) -> Result<Response<pb::ListEntriesReply>, Status> {
-                self.read("ListEntries", request, |r, call| self.list_entries(r, call)).await
+                let reader = &self.reader;
+                self.read("ListEntries", request, |r, _, call| async move {
+                    reader.list_entries(r, &call).await
+                })
+                .await
             }
 
             async fn get_hold(
                 &self,
                 request: Request<pb::GetHoldRequest>,
             ) -> Result<Response<pb::Hold>, Status> {
-                self.read("GetHold", request, |r, call| self.get_hold(r, call)).await
+                let reader = &self.reader;
+                self.read("GetHold", request, |r, _, call| async move {
+                    reader.get_hold(r, &call).await
+                })
+                .await
+            }
+
+            async fn search_entries(
+                &self,
+                request: Request<pb::SearchEntriesRequest>,
+            ) -> Result<Response<pb::SearchEntriesReply>, Status> {
+                let reader = &self.reader;
+                self.read("SearchEntries", request, |r, _, call| async move {
+                    reader.search_entries(r, &call).await
+                })
+                .await
+            }
+
+            async fn get_balance(
+                &self,
+                request: Request<pb::GetBalanceRequest>,
+            ) -> Result<Response<pb::Balance>, Status> {
+                let reader = &self.reader;
+                self.read("GetBalance", request, |r, _, call| async move {
+                    reader.get_balance(r, &call).await
+                })
+                .await
+            }
+
+            async fn list_accounts(
+                &self,
+                request: Request<pb::ListAccountsRequest>,
+            ) -> Result<Response<pb::ListAccountsReply>, Status> {
+                let reader = &self.reader;
+                self.read("ListAccounts", request, |r, _, call| async move {
+                    reader.list_accounts(r, &call).await
+                })
+                .await
             }
 
             type WatchEntriesStream = EntryStream;
@@ -395,8 +349,22 @@ macro_rules! ledger_service {
                 &self,
                 request: Request<pb::LookupKeyRequest>,
             ) -> Result<Response<pb::KeyRecord>, Status> {
-                let client = request.extensions().get::<Client>().cloned();
-                self.read("LookupKey", request, |r, call| self.lookup_key(r, call, client)).await
+                let reader = &self.reader;
+                self.read("LookupKey", request, |r, client, call| async move {
+                    reader.lookup_key(r, &client, &call).await
+                })
+                .await
+            }
+
+            async fn list_holds(
+                &self,
+                request: Request<pb::ListHoldsRequest>,
+            ) -> Result<Response<pb::ListHoldsReply>, Status> {
+                let reader = &self.reader;
+                self.read("ListHolds", request, |r, _, call| async move {
+                    reader.list_holds(r, &call).await
+                })
+                .await
             }
         }
     };

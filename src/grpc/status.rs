@@ -42,7 +42,7 @@ pub fn unauthenticated(why: &str) -> Status {
 
 /// Logs an error once, at the level its class deserves, and maps it. Internal
 /// detail stays in the log.
-pub(super) fn report(error: &Error) -> Status {
+pub fn report(error: &Error) -> Status {
     match error {
         Error::Internal(detail) => tracing::error!(%detail, "internal error"),
         Error::Unavailable { reason, recorded } => {
@@ -100,8 +100,9 @@ fn code(error: &Error) -> Code {
         Error::KeyInProgress { .. } | Error::AccountBusy { .. } | Error::Conflict { .. } => {
             Code::Aborted
         }
-        Error::Unavailable { .. } | Error::ShuttingDown => Code::Unavailable,
+        Error::Unavailable { .. } | Error::ShuttingDown | Error::StreamBehind => Code::Unavailable,
         Error::Overloaded { .. } => Code::ResourceExhausted,
+        Error::PointNotReached => Code::OutOfRange,
         Error::DeadlineExceeded { .. } => Code::DeadlineExceeded,
         Error::Cancelled => Code::Cancelled,
         Error::Internal(_) => Code::Internal,
@@ -125,6 +126,8 @@ fn reason(error: &Error) -> &'static str {
         Error::Conflict { .. } => "TRANSACTION_CONFLICT",
         Error::Unavailable { .. } => "DATABASE_UNAVAILABLE",
         Error::ShuttingDown => "SHUTTING_DOWN",
+        Error::StreamBehind => "STREAM_BEHIND",
+        Error::PointNotReached => "POINT_NOT_REACHED",
         Error::Overloaded { .. } => "TOO_MANY_CALLS",
         Error::DeadlineExceeded { .. } => "DEADLINE_EXCEEDED",
         Error::Cancelled => "CANCELLED",
@@ -177,6 +180,12 @@ fn message(error: &Error) -> String {
         Error::ShuttingDown => "the server is shutting down; resume on another instance after \
                                 the last sequence received"
             .into(),
+        Error::StreamBehind => "no instance is assigning the change stream's sequences, which \
+                                this read waits for; retry later"
+            .into(),
+        Error::PointNotReached => "the ledger has not reached this point yet: its sequence is \
+                                   not assigned, or its time is still to come"
+            .into(),
         Error::Overloaded { limit, what } => format!(
             "the server is at its limit of {limit} concurrent {what}; nothing was recorded; \
              retry later"
@@ -214,7 +223,9 @@ fn retry_after(error: &Error) -> Option<Duration> {
             Some(*retry_after)
         }
         Error::Conflict { .. } => Some(CONFLICT_RETRY),
-        Error::Unavailable { .. } | Error::ShuttingDown => Some(UNAVAILABLE_RETRY),
+        Error::Unavailable { .. } | Error::ShuttingDown | Error::StreamBehind => {
+            Some(UNAVAILABLE_RETRY)
+        }
         Error::Overloaded { .. } => Some(OVERLOAD_RETRY),
         _ => None,
     }

@@ -15,9 +15,12 @@ use std::collections::{BTreeMap, VecDeque};
 use chrono::{DateTime, Utc};
 
 use super::decline::{Decline, Refusal};
+use super::limits::Limits;
+use super::metadata::Metadata;
 use super::model::{Account, Entry, EntryKind, Hold, HoldState};
 use super::values::{
-    AccountId, Amount, Currency, Description, EntryId, HoldId, IdempotencyKey, Ttl,
+    AccountId, Amount, Currency, Description, EntryId, HoldId, IdempotencyKey, Namespace,
+    ScopedKey, Ttl,
 };
 
 /// An account row as locked: the account (with its active holds in `held`), and
@@ -41,6 +44,8 @@ pub struct EntryRow {
     pub currency: Currency,
     /// What its refunds have returned so far.
     pub refunded: i64,
+    /// A reversal entry's original, which makes it never refundable.
+    pub reverses: Option<EntryId>,
 }
 
 impl EntryRow {
@@ -69,6 +74,49 @@ pub struct Needs {
     pub holds: Vec<HoldId>,
     /// The rows it may create, whose ids are reserved before it decides.
     pub creates: RowCounts,
+    /// Its reply shows the accounts it names as GetAccount does, metadata
+    /// included (SetLimits): their metadata is read with them.
+    pub describes_accounts: bool,
+    /// Operations named by the key they committed under, in the caller's
+    /// namespace (a reversal's original): their key rows are locked with the
+    /// call's own key, their entries' accounts with the others, and an id is
+    /// reserved for each entry they wrote.
+    pub originals: Vec<IdempotencyKey>,
+}
+
+/// An operation named by its key, as the transaction found it once its key row
+/// was locked (waiting out a call still in flight under it) and its entries'
+/// accounts were.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Original {
+    pub key: ScopedKey,
+    pub record: Record,
+    /// The entries written under its key, in the order it wrote them.
+    pub entries: Vec<Entry>,
+    /// The key of the reversal that reversed it, if one has.
+    pub reversed_by: Option<IdempotencyKey>,
+}
+
+/// What an operation's key row says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// A committed outcome: the stored code of its method, and whether it
+    /// succeeded.
+    Committed { method: u8, succeeded: bool },
+    /// The row is this transaction's own, uncommitted: nothing had committed
+    /// under the key.
+    Claimed,
+    /// No row: the key was never used, or retention purged its row; `effects`
+    /// is whether anything (an entry, a hold, an account) carries the key.
+    Absent { effects: bool },
+}
+
+/// An operation a call of this transaction reversed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewReversal {
+    pub original: ScopedKey,
+    /// The call (in decision order) that reversed it.
+    pub call: usize,
 }
 
 /// How many rows of each kind a call may create.
@@ -103,6 +151,16 @@ pub struct NewEntry {
     pub leg: u16,
 }
 
+/// An account a transaction changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangedAccount {
+    pub row: AccountRow,
+    /// Its entry count when locked (a multi-primary batch's guard).
+    pub count_before: u64,
+    /// Its limits when locked: written again only if they changed.
+    pub limits_before: Limits,
+}
+
 /// A hold resolved by a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedHold {
@@ -117,14 +175,15 @@ pub struct Changes {
     pub now: DateTime<Utc>,
     /// New accounts, as the decisions left them.
     pub new_accounts: Vec<(usize, AccountRow)>,
-    /// Changed accounts, with the entry count they had when locked.
-    pub accounts: Vec<(AccountRow, u64)>,
+    /// Changed accounts, with what they were when locked.
+    pub accounts: Vec<ChangedAccount>,
     pub new_entries: Vec<NewEntry>,
     pub refunded_entries: Vec<EntryRow>,
     pub new_holds: Vec<(usize, Hold)>,
     pub resolved_holds: Vec<ResolvedHold>,
     /// Holds found still held after they expired, released by this transaction.
     pub expired_holds: Vec<Hold>,
+    pub reversals: Vec<NewReversal>,
     /// Ids reserved but not used.
     pub unused: NewIds,
 }
@@ -138,6 +197,7 @@ enum Undo {
     NewEntry,
     NewHold,
     ResolvedHold,
+    Reversal,
 }
 
 #[derive(Debug)]
@@ -156,6 +216,8 @@ pub struct Book {
     resolved: Vec<ResolvedHold>,
     /// Expired holds released when the rows were locked.
     expired: Vec<Hold>,
+    originals: BTreeMap<ScopedKey, Original>,
+    reversals: Vec<NewReversal>,
     /// The call being decided, and the undo log of its changes.
     call: Option<Call>,
     calls: usize,
@@ -164,8 +226,29 @@ pub struct Book {
 #[derive(Debug)]
 struct Call {
     index: usize,
-    key: IdempotencyKey,
+    caller: Caller,
     undo: Vec<Undo>,
+}
+
+/// Who makes a call, as what it writes shows: its key (in its client's
+/// namespace) and its metadata.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub key: ScopedKey,
+    pub metadata: Metadata,
+}
+
+impl From<IdempotencyKey> for Caller {
+    /// An anonymous call without metadata.
+    fn from(key: IdempotencyKey) -> Self {
+        Self {
+            key: ScopedKey {
+                namespace: Namespace::anonymous(),
+                key,
+            },
+            metadata: Metadata::NONE,
+        }
+    }
 }
 
 impl Book {
@@ -195,6 +278,8 @@ impl Book {
             new_holds: Vec::new(),
             resolved: Vec::new(),
             expired: Vec::new(),
+            originals: BTreeMap::new(),
+            reversals: Vec::new(),
             call: None,
             calls: 0,
         };
@@ -226,18 +311,63 @@ impl Book {
         }
     }
 
+    /// The book with the operations the calls name by key.
+    #[must_use]
+    pub fn with_originals(mut self, originals: impl IntoIterator<Item = Original>) -> Self {
+        self.originals = originals.into_iter().map(|o| (o.key.clone(), o)).collect();
+        self
+    }
+
+    /// The operation the current call names by `key`, in its caller's
+    /// namespace, as the decisions before it left it.
+    pub fn original(&self, key: &IdempotencyKey) -> Result<&Original, Refusal> {
+        let scoped = ScopedKey {
+            namespace: self.caller()?.key.namespace,
+            key: key.clone(),
+        };
+        self.originals
+            .get(&scoped)
+            .ok_or_else(|| Refusal::Internal("an operation named by key was not loaded".into()))
+    }
+
+    /// Records that the current call reverses the operation under `key`: the
+    /// calls decided after it see it reversed, and the transaction writes the
+    /// row whose primary key lets no other transaction reverse it again.
+    pub fn reverse(&mut self, key: &IdempotencyKey) -> Result<(), Refusal> {
+        let call = self.current()?;
+        let caller = self.caller()?.key;
+        let scoped = ScopedKey {
+            namespace: caller.namespace,
+            key: key.clone(),
+        };
+        let original = self
+            .originals
+            .get_mut(&scoped)
+            .ok_or_else(|| Refusal::Internal("an operation named by key was not loaded".into()))?;
+        if original.reversed_by.is_some() {
+            return Err(Refusal::Internal("an operation reversed twice".into()));
+        }
+        original.reversed_by = Some(caller.key);
+        self.reversals.push(NewReversal {
+            original: scoped,
+            call,
+        });
+        self.log(Undo::Reversal);
+        Ok(())
+    }
+
     /// The database's clock when the rows were locked.
     pub fn now(&self) -> DateTime<Utc> {
         self.now
     }
 
-    /// Starts deciding the next call, under `key`; returns its index.
-    pub fn start_call(&mut self, key: IdempotencyKey) -> usize {
+    /// Starts deciding the next call, made by `caller`; returns its index.
+    pub fn start_call(&mut self, caller: impl Into<Caller>) -> usize {
         let index = self.calls;
         self.calls += 1;
         self.call = Some(Call {
             index,
-            key,
+            caller: caller.into(),
             undo: Vec::new(),
         });
         index
@@ -282,6 +412,13 @@ impl Book {
                 Undo::ResolvedHold => {
                     self.resolved.pop();
                 }
+                Undo::Reversal => {
+                    if let Some(reversal) = self.reversals.pop()
+                        && let Some(original) = self.originals.get_mut(&reversal.original)
+                    {
+                        original.reversed_by = None;
+                    }
+                }
             }
         }
     }
@@ -304,20 +441,6 @@ impl Book {
             });
         }
         Ok(account)
-    }
-
-    /// Refuses a debit of `amount` over what the account has available.
-    pub fn require_available(&self, id: AccountId, amount: Amount) -> Result<(), Decline> {
-        let account = self.account(id)?;
-        if amount.get() > account.available() {
-            return Err(Decline::InsufficientFunds {
-                account_id: id,
-                balance: account.balance,
-                held: account.held,
-                amount,
-            });
-        }
-        Ok(())
     }
 
     pub fn entry(&self, id: EntryId) -> Result<&EntryRow, Decline> {
@@ -345,15 +468,18 @@ impl Book {
         }
     }
 
-    /// Opens an account with a zero balance.
-    pub fn open_account(&mut self, currency: Currency) -> Result<Account, Refusal> {
+    /// Opens an account with a zero balance, and its opening limits.
+    pub fn open_account(&mut self, currency: Currency, limits: Limits) -> Result<Account, Refusal> {
         let call = self.current()?;
+        let metadata = self.caller()?.metadata;
         let id = take(&mut self.ids.accounts, "account")?;
         let account = Account {
             id,
             currency,
             balance: 0,
             held: 0,
+            limits,
+            metadata,
             created_at: self.now,
         };
         self.accounts.insert(
@@ -369,60 +495,121 @@ impl Book {
         Ok(account)
     }
 
-    /// Appends an entry to its account's journal and moves the balance. A credit
-    /// that would overflow the balance is declined; a debit below zero is a bug
-    /// (the operation checks what it may take first).
+    /// Appends an entry to its account's journal and moves the balance, within
+    /// the account's limits in force (SPEC 3.9): a debit may not leave what is
+    /// available below the floor (unless the posting ignores it), a credit may not
+    /// take the balance above the ceiling, and no sum may overflow, in either
+    /// direction.
     pub fn post(&mut self, posting: Posting) -> Result<Entry, Refusal> {
-        let call = self.current()?;
-        let key = self.call_key()?;
-        let row = self
-            .accounts
-            .get(&posting.account_id)
-            .ok_or(Decline::AccountNotFound {
-                account_id: posting.account_id,
-            })?;
-        let amount = posting.amount;
-        let balance_after = if posting.kind.takes() {
-            match row.account.balance.checked_sub(amount.get()) {
-                Some(after) if after >= 0 => after,
-                _ => {
-                    return Err(Refusal::Internal(format!(
-                        "a {:?} of {} would take account {} below zero",
-                        posting.kind,
-                        amount.get(),
-                        posting.account_id
-                    )));
-                }
-            }
-        } else {
-            row.account
-                .balance
-                .checked_add(amount.get())
-                .ok_or(Decline::BalanceOverflow {
-                    account_id: posting.account_id,
-                    balance: row.account.balance,
-                    amount,
-                })?
+        let account = self.account(posting.account_id)?;
+        let amount = posting.amount.get();
+        let overflow = || Decline::BalanceOverflow {
+            account_id: account.id,
+            balance: account.balance,
+            amount: posting.amount,
         };
-        let id = take(&mut self.ids.entries, "entry")?;
-        let before = row.clone();
-        let mut after = before.clone();
-        after.account.balance = balance_after;
-        after.entry_count += 1;
-        let entry = Entry {
-            id,
+        let balance_after = if posting.kind.takes() {
+            account.balance.checked_sub(amount)
+        } else {
+            account.balance.checked_add(amount)
+        }
+        .ok_or_else(overflow)?;
+        let available_after = balance_after
+            .checked_sub(account.held)
+            .ok_or_else(overflow)?;
+        let limits = account.limits;
+        if posting.kind.takes() {
+            if !posting.ignores_floor && !limits.allows_available(available_after) {
+                return Err(Decline::InsufficientFunds {
+                    account_id: account.id,
+                    balance: account.balance,
+                    held: account.held,
+                    amount: posting.amount,
+                    min_balance: limits.floor().unwrap_or_default(),
+                }
+                .into());
+            }
+        } else if let Some(ceiling) = limits
+            .ceiling()
+            .filter(|_| !limits.allows_balance(balance_after))
+        {
+            return Err(Decline::BalanceLimitExceeded {
+                account_id: account.id,
+                balance: account.balance,
+                amount: posting.amount,
+                max_balance: ceiling,
+            }
+            .into());
+        }
+        self.append(Line {
             account_id: posting.account_id,
             kind: posting.kind,
             amount,
-            currency: row.account.currency,
             balance_after,
-            idempotency_key: key,
+            limits,
             description: posting.description,
-            created_at: self.now,
             counterparty: posting.counterparty,
             refunded_entry: posting.refunded_entry,
             hold: posting.hold,
             leg: posting.leg,
+            reverses: posting.reverses,
+        })
+    }
+
+    /// Replaces the account's limits, moving no money, and records the change as
+    /// a LIMITS entry (amount 0, the balance as it is, the new limits on it).
+    pub fn set_limits(&mut self, id: AccountId, limits: Limits) -> Result<Entry, Refusal> {
+        let balance = self.account(id)?.balance;
+        self.append(Line {
+            account_id: id,
+            kind: EntryKind::Limits,
+            amount: 0,
+            balance_after: balance,
+            limits,
+            description: Description::default(),
+            counterparty: None,
+            refunded_entry: None,
+            hold: None,
+            leg: 0,
+            reverses: None,
+        })
+    }
+
+    /// Appends `line` to its account's journal, leaving the account at its
+    /// balance and limits: the one place the journal grows.
+    fn append(&mut self, line: Line) -> Result<Entry, Refusal> {
+        let call = self.current()?;
+        let caller = self.caller()?;
+        let before = self
+            .accounts
+            .get(&line.account_id)
+            .ok_or(Decline::AccountNotFound {
+                account_id: line.account_id,
+            })?
+            .clone();
+        let id = take(&mut self.ids.entries, "entry")?;
+        let mut after = before.clone();
+        after.account.balance = line.balance_after;
+        after.account.limits = line.limits;
+        after.entry_count += 1;
+        let entry = Entry {
+            id,
+            account_id: line.account_id,
+            kind: line.kind,
+            amount: line.amount,
+            currency: before.account.currency,
+            balance_after: line.balance_after,
+            idempotency_key: caller.key.key,
+            client: caller.key.namespace,
+            metadata: caller.metadata,
+            description: line.description,
+            created_at: self.now,
+            counterparty: line.counterparty,
+            refunded_entry: line.refunded_entry,
+            hold: line.hold,
+            leg: line.leg,
+            limits: (line.kind == EntryKind::Limits).then_some(line.limits),
+            reverses: line.reverses,
             sequence: None,
         };
         let place = self.new_entries.iter().filter(|e| e.call == call).count();
@@ -454,7 +641,7 @@ impl Book {
     /// Reserves `amount` of the account until `ttl` from now.
     pub fn place_hold(&mut self, hold: NewHold) -> Result<Hold, Refusal> {
         let call = self.current()?;
-        let key = self.call_key()?;
+        let caller = self.caller()?;
         let before = self
             .accounts
             .get(&hold.account_id)
@@ -462,6 +649,37 @@ impl Book {
                 account_id: hold.account_id,
             })?
             .clone();
+        // Held money counts against the floor: what is available once this
+        // hold reserves its amount may not go below it, and neither sum may
+        // overflow.
+        let account = &before.account;
+        let overflow = || Decline::BalanceOverflow {
+            account_id: account.id,
+            balance: account.balance,
+            amount: hold.amount,
+        };
+        let held_after = account
+            .held
+            .checked_add(hold.amount.get())
+            .ok_or_else(overflow)?;
+        let held_total = before
+            .held_total
+            .checked_add(hold.amount.get())
+            .ok_or_else(overflow)?;
+        let available_after = account
+            .balance
+            .checked_sub(held_after)
+            .ok_or_else(overflow)?;
+        if !account.limits.allows_available(available_after) {
+            return Err(Decline::InsufficientFunds {
+                account_id: account.id,
+                balance: account.balance,
+                held: account.held,
+                amount: hold.amount,
+                min_balance: account.limits.floor().unwrap_or_default(),
+            }
+            .into());
+        }
         let id = take(&mut self.ids.holds, "hold")?;
         let expires_at = self.now
             + chrono::Duration::from_std(hold.ttl.get())
@@ -474,24 +692,15 @@ impl Book {
             state: HoldState::Held,
             captured_amount: 0,
             description: hold.description,
-            idempotency_key: key,
+            idempotency_key: caller.key.key,
+            client: caller.key.namespace,
+            metadata: caller.metadata,
             created_at: self.now,
             expires_at,
         };
         let mut after = before.clone();
-        // What is held never exceeds the balance (a hold takes only what is
-        // available, and expired holds were released), so neither sum can
-        // overflow; checked all the same.
-        let overflow = || Refusal::Internal("an account's held amount overflows".into());
-        after.account.held = after
-            .account
-            .held
-            .checked_add(hold.amount.get())
-            .ok_or_else(overflow)?;
-        after.held_total = after
-            .held_total
-            .checked_add(hold.amount.get())
-            .ok_or_else(overflow)?;
+        after.account.held = held_after;
+        after.held_total = held_total;
         self.holds.insert(id, placed.clone());
         self.new_holds.push((call, placed.clone()));
         self.replace_account(after, before);
@@ -540,7 +749,11 @@ impl Book {
             .iter()
             .filter_map(|(id, locked)| {
                 let row = self.accounts.get(id)?;
-                (row != locked).then(|| (row.clone(), locked.entry_count))
+                (row != locked).then(|| ChangedAccount {
+                    row: row.clone(),
+                    count_before: locked.entry_count,
+                    limits_before: locked.account.limits,
+                })
             })
             .collect();
         let refunded_entries = self
@@ -565,6 +778,7 @@ impl Book {
             new_holds: self.new_holds,
             resolved_holds: self.resolved,
             expired_holds: self.expired,
+            reversals: self.reversals,
             unused: self.ids,
         }
     }
@@ -576,10 +790,11 @@ impl Book {
             .ok_or_else(|| Refusal::Internal("a change outside any call".into()))
     }
 
-    fn call_key(&self) -> Result<IdempotencyKey, Refusal> {
+    /// Who makes the current call.
+    fn caller(&self) -> Result<Caller, Refusal> {
         self.call
             .as_ref()
-            .map(|c| c.key.clone())
+            .map(|c| c.caller.clone())
             .ok_or_else(|| Refusal::Internal("a change outside any call".into()))
     }
 
@@ -606,8 +821,32 @@ pub struct Posting {
     pub counterparty: Option<AccountId>,
     pub refunded_entry: Option<EntryId>,
     pub hold: Option<HoldId>,
-    /// Posts: the leg it belongs to.
+    /// Posts and reversals: the leg it belongs to.
     pub leg: u16,
+    /// Reversals: the original entry it mirrors.
+    pub reverses: Option<EntryId>,
+    /// A debit the floor does not apply to: a capture takes what its hold
+    /// already reserved, and a forced reversal may overdraw to undo a mistake.
+    /// The ceiling and overflow apply to every posting.
+    pub ignores_floor: bool,
+}
+
+/// An entry as [`Book::append`] writes it: a posting decided, or a change of
+/// limits.
+#[derive(Debug)]
+struct Line {
+    account_id: AccountId,
+    kind: EntryKind,
+    amount: i64,
+    balance_after: i64,
+    /// The account's limits once it is applied.
+    limits: Limits,
+    description: Description,
+    counterparty: Option<AccountId>,
+    refunded_entry: Option<EntryId>,
+    hold: Option<HoldId>,
+    leg: u16,
+    reverses: Option<EntryId>,
 }
 
 impl Posting {
@@ -626,6 +865,8 @@ impl Posting {
             refunded_entry: None,
             hold: None,
             leg: 0,
+            reverses: None,
+            ignores_floor: false,
         }
     }
 }

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use super::model::{EntryKind, HoldState};
-use super::values::{AccountId, Amount, Currency, EntryId, HoldId};
+use super::values::{AccountId, Amount, Currency, EntryId, HoldId, IdempotencyKey};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decline {
@@ -16,18 +16,29 @@ pub enum Decline {
         account_currency: Currency,
         requested: Currency,
     },
-    /// A debit over what the account has available (its balance less its active
-    /// holds).
+    /// A debit that would take what the account has available (its balance
+    /// less its active holds) below its floor.
     InsufficientFunds {
         account_id: AccountId,
         balance: i64,
         held: i64,
         amount: Amount,
+        /// The floor in force.
+        min_balance: i64,
     },
+    /// A move that would take the balance, the held amount or what is available
+    /// past what an `i64` holds, in either direction.
     BalanceOverflow {
         account_id: AccountId,
         balance: i64,
         amount: Amount,
+    },
+    /// A credit that would take the balance above the account's ceiling.
+    BalanceLimitExceeded {
+        account_id: AccountId,
+        balance: i64,
+        amount: Amount,
+        max_balance: i64,
     },
     EntryNotFound {
         entry_id: EntryId,
@@ -35,6 +46,8 @@ pub enum Decline {
     NotRefundable {
         entry_id: EntryId,
         kind: EntryKind,
+        /// It is a reversal's entry (a credit's reversal is a CHARGE).
+        reversal: bool,
     },
     RefundExceedsCharge {
         entry_id: EntryId,
@@ -57,7 +70,19 @@ pub enum Decline {
         held: Amount,
         amount: Amount,
     },
-    /// A leg of a post was declined, so the whole post is.
+    /// A reversal of an operation another key has reversed.
+    AlreadyReversed {
+        reversal_key: IdempotencyKey,
+    },
+    /// A reversal of an operation that is not a Transfer, a Post or a Credit that
+    /// took effect.
+    NotReversible {
+        /// What it is, as the caller is told.
+        what: &'static str,
+    },
+    /// A reversal of a key under which nothing had committed.
+    KeyNotFound,
+    /// A leg of a post (or of a reversal) was declined, so the whole call is.
     InLeg {
         leg: u16,
         decline: Box<Decline>,
@@ -75,6 +100,7 @@ impl Decline {
                 Self::AccountNotFound { .. }
                     | Self::EntryNotFound { .. }
                     | Self::HoldNotFound { .. }
+                    | Self::KeyNotFound
             ),
         }
     }
@@ -86,6 +112,7 @@ impl Decline {
             Self::CurrencyMismatch { .. } => "CURRENCY_MISMATCH",
             Self::InsufficientFunds { .. } => "INSUFFICIENT_FUNDS",
             Self::BalanceOverflow { .. } => "BALANCE_OVERFLOW",
+            Self::BalanceLimitExceeded { .. } => "BALANCE_LIMIT_EXCEEDED",
             Self::EntryNotFound { .. } => "ENTRY_NOT_FOUND",
             Self::NotRefundable { .. } => "NOT_REFUNDABLE",
             Self::RefundExceedsCharge { .. } => "REFUND_EXCEEDS_CHARGE",
@@ -93,6 +120,9 @@ impl Decline {
             Self::HoldNotHeld { .. } => "HOLD_NOT_HELD",
             Self::HoldExpired { .. } => "HOLD_EXPIRED",
             Self::CaptureExceedsHold { .. } => "CAPTURE_EXCEEDS_HOLD",
+            Self::AlreadyReversed { .. } => "ALREADY_REVERSED",
+            Self::NotReversible { .. } => "NOT_REVERSIBLE",
+            Self::KeyNotFound => "KEY_NOT_FOUND",
             Self::InLeg { decline, .. } => decline.reason(),
         }
     }
@@ -111,19 +141,45 @@ impl Decline {
                 balance,
                 held,
                 amount,
-            } => format!(
-                "account {account_id} has {} available, less than the {amount} requested",
-                balance - held
-            ),
+                min_balance,
+            } => {
+                let available = balance.saturating_sub(*held);
+                if *min_balance == 0 {
+                    format!(
+                        "account {account_id} has {available} available, less than the {amount} requested"
+                    )
+                } else {
+                    format!(
+                        "account {account_id} has {available} available and a floor of \
+                         {min_balance}: {} may be taken, less than the {amount} requested",
+                        i128::from(available) - i128::from(*min_balance)
+                    )
+                }
+            }
             Self::BalanceOverflow {
                 account_id,
                 balance,
                 amount,
             } => format!(
-                "crediting {amount} to account {account_id} would overflow its balance of {balance}"
+                "moving {amount} on account {account_id}, whose balance is {balance}, would \
+                 overflow what an amount can hold"
+            ),
+            Self::BalanceLimitExceeded {
+                account_id,
+                balance,
+                amount,
+                max_balance,
+            } => format!(
+                "crediting {amount} to account {account_id} would take its balance of \
+                 {balance} above its ceiling of {max_balance}"
             ),
             Self::EntryNotFound { entry_id } => format!("entry {entry_id} does not exist"),
-            Self::NotRefundable { entry_id, kind } => format!(
+            Self::NotRefundable {
+                entry_id,
+                reversal: true,
+                ..
+            } => format!("entry {entry_id} reverses another; a reversal is never refundable"),
+            Self::NotRefundable { entry_id, kind, .. } => format!(
                 "entry {entry_id} is a {kind:?} entry; only charges and captures are refundable"
             ),
             Self::RefundExceedsCharge {
@@ -146,6 +202,13 @@ impl Decline {
                 held,
                 amount,
             } => format!("hold {hold_id} holds {held}, less than the {amount} to capture"),
+            Self::AlreadyReversed { .. } => {
+                "the operation was already reversed, under reversal_key".into()
+            }
+            Self::NotReversible { what } => format!(
+                "{what} cannot be reversed; only a Transfer, a Post or a Credit that took effect"
+            ),
+            Self::KeyNotFound => "nothing has taken effect under original_key".into(),
             Self::InLeg { leg, decline } => format!("leg {leg}: {}", decline.message()),
         }
     }
@@ -168,12 +231,14 @@ impl Decline {
                 balance,
                 held,
                 amount,
+                min_balance,
             } => vec![
                 ("account_id", account_id.to_string()),
                 ("balance", balance.to_string()),
                 ("held", held.to_string()),
-                ("available", (balance - held).to_string()),
+                ("available", balance.saturating_sub(*held).to_string()),
                 ("amount", amount.to_string()),
+                ("min_balance", min_balance.to_string()),
             ],
             Self::BalanceOverflow {
                 account_id,
@@ -183,6 +248,17 @@ impl Decline {
                 ("account_id", account_id.to_string()),
                 ("balance", balance.to_string()),
                 ("amount", amount.to_string()),
+            ],
+            Self::BalanceLimitExceeded {
+                account_id,
+                balance,
+                amount,
+                max_balance,
+            } => vec![
+                ("account_id", account_id.to_string()),
+                ("balance", balance.to_string()),
+                ("amount", amount.to_string()),
+                ("max_balance", max_balance.to_string()),
             ],
             Self::EntryNotFound { entry_id } | Self::NotRefundable { entry_id, .. } => {
                 vec![("entry_id", entry_id.to_string())]
@@ -217,6 +293,10 @@ impl Decline {
                 ("held", held.to_string()),
                 ("amount", amount.to_string()),
             ],
+            Self::AlreadyReversed { reversal_key } => {
+                vec![("reversal_key", reversal_key.as_str().to_owned())]
+            }
+            Self::NotReversible { .. } | Self::KeyNotFound => Vec::new(),
             Self::InLeg { leg, decline } => {
                 let mut metadata = decline.metadata();
                 metadata.push(("leg", leg.to_string()));

@@ -10,6 +10,8 @@
 pub mod book;
 pub mod decline;
 pub mod fingerprint;
+pub mod limits;
+pub mod metadata;
 pub mod model;
 pub mod outcome;
 pub mod values;
@@ -17,7 +19,9 @@ pub mod values;
 pub use book::{Book, Needs};
 pub use decline::{Decline, Refusal};
 pub use fingerprint::Fingerprint;
-pub use model::{Account, Effect, Entry, EntryKind, Hold, HoldState};
+pub use limits::Limits;
+pub use metadata::Metadata;
+pub use model::{Account, Balance, BalancePoint, Effect, Entry, EntryKind, Hold, HoldState};
 pub use outcome::{DeclineEncoder, KeyedOutcome, StoredOutcome};
 pub use values::{
     AccountId, Amount, Currency, Description, EntryId, FieldViolation, HoldId, IdempotencyKey,

@@ -7,7 +7,11 @@
 
 use chrono::{DateTime, Utc};
 
-use super::values::{AccountId, Amount, Currency, Description, EntryId, HoldId, IdempotencyKey};
+use super::limits::Limits;
+use super::metadata::Metadata;
+use super::values::{
+    AccountId, Amount, Currency, Description, EntryId, HoldId, IdempotencyKey, Namespace,
+};
 
 /// Something a successful call leaves behind, carrying the call's key under a
 /// unique index (SPEC 3.5): how a key whose row retention purged is still known
@@ -43,6 +47,8 @@ pub enum EntryKind {
     TransferIn = 4,
     Refund = 5,
     Capture = 6,
+    /// A change of the account's limits: moves no money (amount 0).
+    Limits = 7,
 }
 
 impl EntryKind {
@@ -68,6 +74,12 @@ impl EntryKind {
     /// between accounts).
     pub fn crosses_the_ledger(self) -> bool {
         !matches!(self, Self::TransferOut | Self::TransferIn)
+    }
+
+    /// Whether the entry moves money (a LIMITS entry records a change of
+    /// limits, of amount 0).
+    pub fn moves_money(self) -> bool {
+        self != Self::Limits
     }
 
     /// Entries a Refund may refer to.
@@ -109,20 +121,49 @@ impl HoldState {
     }
 }
 
+/// Where a balance is asked for (SPEC 3.10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BalancePoint {
+    /// The account as it is, after its last entry.
+    Now,
+    /// After the account's last entry with a sequence up to this one.
+    Sequence(u64),
+    /// After the account's last entry created at or before this time.
+    Time(DateTime<Utc>),
+}
+
+/// An account's balance and limits after one of its entries (none: before its
+/// first, at zero with its opening limits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Balance {
+    pub account_id: AccountId,
+    pub currency: Currency,
+    pub balance: i64,
+    pub limits: Limits,
+    /// The entry's sequence and time.
+    pub after: Option<(u64, DateTime<Utc>)>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {
     pub id: AccountId,
     pub currency: Currency,
+    /// Below zero only where its floor allows.
     pub balance: i64,
     /// The sum of the account's active holds.
     pub held: i64,
+    pub limits: Limits,
+    /// Its OpenAccount's metadata, where the read shows it.
+    pub metadata: Metadata,
     pub created_at: DateTime<Utc>,
 }
 
 impl Account {
-    /// What a debit may take: the balance less what active holds have reserved.
+    /// The balance less what active holds have reserved: what a debit may take,
+    /// down to the floor. Every change the book makes keeps it within `i64`
+    /// (`Book`), and what expired holds release only raises it.
     pub fn available(&self) -> i64 {
-        self.balance - self.held
+        self.balance.saturating_sub(self.held)
     }
 }
 
@@ -132,10 +173,15 @@ pub struct Entry {
     pub id: EntryId,
     pub account_id: AccountId,
     pub kind: EntryKind,
-    pub amount: Amount,
+    /// Positive; 0 on a LIMITS entry.
+    pub amount: i64,
     pub currency: Currency,
     pub balance_after: i64,
     pub idempotency_key: IdempotencyKey,
+    /// The client that made the call: its key's namespace.
+    pub client: Namespace,
+    /// The call's metadata.
+    pub metadata: Metadata,
     pub description: Description,
     pub created_at: DateTime<Utc>,
     /// Transfers: the other account.
@@ -146,6 +192,10 @@ pub struct Entry {
     pub hold: Option<HoldId>,
     /// Posts: the index of the leg that wrote it; 0 otherwise.
     pub leg: u16,
+    /// LIMITS entries: the limits set.
+    pub limits: Option<Limits>,
+    /// Reversal entries: the original entry on the same account it mirrors.
+    pub reverses: Option<EntryId>,
     /// Its place in the ledger-wide change stream (SPEC 3.8), once assigned: an
     /// entry gets one after it commits, so a keyed call's own reply has none.
     pub sequence: Option<u64>,
@@ -164,6 +214,10 @@ pub struct Hold {
     pub captured_amount: i64,
     pub description: Description,
     pub idempotency_key: IdempotencyKey,
+    /// The client that placed it: its key's namespace.
+    pub client: Namespace,
+    /// Its PlaceHold's metadata, where the read shows it.
+    pub metadata: Metadata,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
 }

@@ -195,7 +195,7 @@ impl Ttl {
 
 /// A client-chosen idempotency key: 1 to 255 visible ASCII characters, compared
 /// byte for byte (so `req-42` and `REQ-42` are different keys).
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
@@ -237,7 +237,7 @@ impl fmt::Debug for IdempotencyKey {
 
 /// The namespace keys live in: one per authenticated client, and a single empty
 /// one when the service runs without authentication.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct Namespace(String);
 
 impl Namespace {
@@ -258,7 +258,7 @@ impl Namespace {
 }
 
 /// An idempotency key within its namespace: the primary key of a key row.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ScopedKey {
     pub namespace: Namespace,
     pub key: IdempotencyKey,

@@ -8,7 +8,7 @@ use crate::ledger::decline::{Decline, Refusal};
 use crate::ledger::fingerprint::Fields;
 use crate::ledger::model::{Effect, Entry, EntryKind, Hold, HoldState};
 use crate::ledger::values::{Amount, Description, HoldId};
-use crate::ledger::{FieldViolation, IdempotencyKey, Needs};
+use crate::ledger::{FieldViolation, IdempotencyKey, Metadata, Needs};
 use crate::proto::pb;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,6 +16,7 @@ pub struct CaptureHold {
     pub hold_id: HoldId,
     pub amount: Amount,
     pub description: Description,
+    pub metadata: Metadata,
 }
 
 /// A capture's resolved hold and its entry.
@@ -41,8 +42,9 @@ impl Operation for CaptureHold {
         let hold_id = check.field(HoldId::parse("hold_id", r.hold_id));
         let amount = check.field(Amount::parse("amount", r.amount));
         let description = check.field(Description::parse("description", r.description));
-        let (Some(key), Some(hold_id), Some(amount), Some(description)) =
-            (key, hold_id, amount, description)
+        let metadata = check.metadata(r.metadata);
+        let (Some(key), Some(hold_id), Some(amount), Some(description), Some(metadata)) =
+            (key, hold_id, amount, description, metadata)
         else {
             return Err(check.into_violations());
         };
@@ -50,6 +52,7 @@ impl Operation for CaptureHold {
             hold_id,
             amount,
             description,
+            metadata,
         };
         Ok((key, capture))
     }
@@ -58,6 +61,11 @@ impl Operation for CaptureHold {
         fields.u64(self.hold_id.get());
         fields.i64(self.amount.get());
         fields.str(self.description.as_str());
+        self.metadata.fingerprint(fields);
+    }
+
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
     }
 
     fn needs(&self) -> Needs {
@@ -83,8 +91,11 @@ impl Operation for CaptureHold {
         }
         let account_id = to_capture.account_id;
         let hold = book.resolve_hold(self.hold_id, HoldState::Captured, self.amount.get())?;
+        // The hold reserved what it takes: a capture is never declined for the
+        // floor, however the limits moved since.
         let posting = Posting {
             hold: Some(self.hold_id),
+            ignores_floor: true,
             ..Posting::new(
                 account_id,
                 EntryKind::Capture,

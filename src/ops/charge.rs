@@ -26,6 +26,7 @@ impl Operation for Charge {
             r.amount,
             &r.currency,
             r.description,
+            r.metadata,
         )?;
         Ok((key, Self(fields)))
     }
@@ -38,15 +39,19 @@ impl Operation for Charge {
         self.0.needs()
     }
 
+    fn metadata(&self) -> &crate::ledger::Metadata {
+        &self.0.metadata
+    }
+
     fn decide(&self, book: &mut Book) -> Result<Entry, Refusal> {
         let AccountAmount {
             account_id,
             amount,
             currency,
             description,
+            ..
         } = &self.0;
         book.account_in(*account_id, *currency)?;
-        book.require_available(*account_id, *amount)?;
         let posting = Posting::new(*account_id, EntryKind::Charge, *amount, description.clone());
         book.post(posting)
     }
@@ -75,6 +80,7 @@ mod tests {
             amount: amount(n),
             currency,
             description: description(),
+            metadata: crate::ledger::Metadata::NONE,
         })
     }
 
@@ -157,6 +163,7 @@ mod tests {
             amount: -1,
             currency: "usd".into(),
             description: "x".repeat(501),
+            ..Default::default()
         };
         let Err(violations) = Charge::parse(request) else {
             panic!("expected violations");

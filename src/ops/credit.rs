@@ -25,6 +25,7 @@ impl Operation for Credit {
             r.amount,
             &r.currency,
             r.description,
+            r.metadata,
         )?;
         Ok((key, Self(fields)))
     }
@@ -37,12 +38,17 @@ impl Operation for Credit {
         self.0.needs()
     }
 
+    fn metadata(&self) -> &crate::ledger::Metadata {
+        &self.0.metadata
+    }
+
     fn decide(&self, book: &mut Book) -> Result<Entry, Refusal> {
         let AccountAmount {
             account_id,
             amount,
             currency,
             description,
+            ..
         } = &self.0;
         book.account_in(*account_id, *currency)?;
         let posting = Posting::new(*account_id, EntryKind::Credit, *amount, description.clone());
@@ -72,6 +78,7 @@ mod tests {
             amount: amount(n),
             currency: usd(),
             description: description(),
+            metadata: crate::ledger::Metadata::NONE,
         })
     }
 

@@ -3,7 +3,9 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::ledger::{Account, AccountId, Entry, EntryId, EntryKind, Hold, HoldId, HoldState};
+use crate::ledger::{
+    Account, AccountId, Entry, EntryId, EntryKind, Hold, HoldId, HoldState, Limits, Metadata,
+};
 use crate::proto::pb;
 
 pub fn account_message(account: &Account) -> pb::Account {
@@ -14,6 +16,24 @@ pub fn account_message(account: &Account) -> pb::Account {
         created_at: Some(timestamp(account.created_at)),
         held: account.held,
         available: account.available(),
+        limits: Some(limits_message(account.limits)),
+        metadata: metadata_message(&account.metadata),
+    }
+}
+
+fn metadata_message(metadata: &Metadata) -> std::collections::BTreeMap<String, String> {
+    metadata
+        .pairs()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+pub fn limits_message(limits: Limits) -> pb::AccountLimits {
+    let (min_balance, no_min_balance, max_balance) = limits.raw();
+    pb::AccountLimits {
+        min_balance,
+        no_min_balance,
+        max_balance,
     }
 }
 
@@ -22,7 +42,7 @@ pub fn entry_message(entry: &Entry) -> pb::Entry {
         entry_id: entry.id.get(),
         account_id: entry.account_id.get(),
         kind: entry_kind(entry.kind).into(),
-        amount: entry.amount.get(),
+        amount: entry.amount,
         currency: entry.currency.to_string(),
         balance_after: entry.balance_after,
         idempotency_key: entry.idempotency_key.as_str().to_owned(),
@@ -33,6 +53,10 @@ pub fn entry_message(entry: &Entry) -> pb::Entry {
         hold_id: entry.hold.map_or(0, HoldId::get),
         leg: u32::from(entry.leg),
         sequence: entry.sequence.unwrap_or(0),
+        limits: entry.limits.map(limits_message),
+        metadata: metadata_message(&entry.metadata),
+        client: entry.client.as_str().to_owned(),
+        reverses_entry_id: entry.reverses.map_or(0, EntryId::get),
     }
 }
 
@@ -44,6 +68,7 @@ fn entry_kind(kind: EntryKind) -> pb::EntryKind {
         EntryKind::TransferIn => pb::EntryKind::TransferIn,
         EntryKind::Refund => pb::EntryKind::Refund,
         EntryKind::Capture => pb::EntryKind::Capture,
+        EntryKind::Limits => pb::EntryKind::Limits,
     }
 }
 
@@ -60,6 +85,8 @@ pub fn hold_message(hold: &Hold, state: HoldState) -> pb::Hold {
         idempotency_key: hold.idempotency_key.as_str().to_owned(),
         created_at: Some(timestamp(hold.created_at)),
         expires_at: Some(timestamp(hold.expires_at)),
+        metadata: metadata_message(&hold.metadata),
+        client: hold.client.as_str().to_owned(),
     }
 }
 

@@ -21,11 +21,11 @@ mod parse;
 
 use prost::Message;
 
-pub use messages::{account_message, entry_message, hold_message, timestamp};
+pub use messages::{account_message, entry_message, hold_message, limits_message, timestamp};
 pub use parse::{Violations, single};
 
 use crate::ledger::{
-    Book, Effect, EntryKind, FieldViolation, Fingerprint, IdempotencyKey, Needs, Refusal,
+    Book, Effect, EntryKind, FieldViolation, Fingerprint, IdempotencyKey, Metadata, Needs, Refusal,
     fingerprint::Fields,
 };
 use crate::proto::pb;
@@ -45,6 +45,8 @@ macro_rules! operations {
             7 => CaptureHold capture_hold,
             8 => VoidHold void_hold,
             9 => Post post,
+            10 => SetLimits set_limits,
+            11 => Reverse reverse,
         }
     };
 }
@@ -81,10 +83,11 @@ macro_rules! registry {
                 }
             }
 
-            /// Whether its entries repeat once per leg of the request.
-            pub fn per_leg(self) -> bool {
+            /// The kinds of the entries a successful call writes, in order, as a
+            /// regular expression over their codes joined by commas.
+            pub fn entries_pattern(self) -> String {
                 match self {
-                    $(Self::$op => <$op as Operation>::PER_LEG,)*
+                    $(Self::$op => <$op as Operation>::entries_pattern(),)*
                 }
             }
 
@@ -124,8 +127,16 @@ impl Method {
 
     /// The method whose calls leave `effect`, unless several do.
     pub fn leaving(effect: Effect) -> Option<Self> {
+        Self::leaving_other_than(effect, None)
+    }
+
+    /// [`Method::leaving`], of the methods other than `except` (an effect known
+    /// not to be its).
+    pub fn leaving_other_than(effect: Effect, except: impl Into<Option<Self>>) -> Option<Self> {
         use strum::IntoEnumIterator as _;
-        let mut leaving = Self::iter().filter(|method| method.effects().contains(&effect));
+        let except = except.into();
+        let mut leaving = Self::iter()
+            .filter(|method| Some(*method) != except && method.effects().contains(&effect));
         match (leaving.next(), leaving.next()) {
             (Some(one), None) => Some(one),
             _ => None,
@@ -169,12 +180,36 @@ pub trait Operation: Registered + std::fmt::Debug + Send + Sync + Sized + 'stati
     /// book, which undoes a refused call's changes.
     fn decide(&self, book: &mut Book) -> Result<Self::Output, Refusal>;
 
+    /// The call's metadata, stored on what it writes (none by default).
+    fn metadata(&self) -> &Metadata {
+        Metadata::none()
+    }
+
     /// The reply message of a success.
     fn reply(output: &Self::Output) -> Self::Reply;
 
     /// The entries and the hold a stored reply names, for `ledger audit`; an
     /// error where the reply lacks what every reply of this method has.
     fn named(reply: Self::Reply) -> Result<Named, String>;
+
+    /// The kinds of the entries a success writes, in order, as a regular
+    /// expression over their codes joined by commas (`ledger audit`): the
+    /// entries of `EFFECTS` once, or once for each of one or more legs.
+    fn entries_pattern() -> String {
+        let once = Self::EFFECTS
+            .iter()
+            .filter_map(|effect| match effect {
+                Effect::Entry(kind) => Some(kind.code().to_string()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        if Self::PER_LEG {
+            format!("^{once}(,{once})*$")
+        } else {
+            format!("^{once}$")
+        }
+    }
 }
 
 /// A validated keyed request as the executor sees it, whatever its operation.
@@ -186,6 +221,9 @@ pub trait Keyed: std::fmt::Debug + Send + Sync {
 
     /// The rows its decision reads.
     fn needs(&self) -> Needs;
+
+    /// The metadata stored on what a success writes.
+    fn metadata(&self) -> &Metadata;
 
     /// Decides against the book; a success comes back as its encoded reply.
     fn decide(&self, book: &mut Book) -> Result<Vec<u8>, Refusal>;
@@ -204,6 +242,10 @@ impl<O: Operation> Keyed for O {
 
     fn needs(&self) -> Needs {
         Operation::needs(self)
+    }
+
+    fn metadata(&self) -> &Metadata {
+        Operation::metadata(self)
     }
 
     fn decide(&self, book: &mut Book) -> Result<Vec<u8>, Refusal> {
@@ -258,6 +300,7 @@ pub struct AccountAmount {
     pub amount: crate::ledger::Amount,
     pub currency: crate::ledger::Currency,
     pub description: crate::ledger::Description,
+    pub metadata: Metadata,
 }
 
 impl AccountAmount {
@@ -267,6 +310,7 @@ impl AccountAmount {
         amount: i64,
         currency: &str,
         description: String,
+        metadata: std::collections::BTreeMap<String, String>,
     ) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         use crate::ledger::{AccountId, Amount, Currency, Description};
         let mut check = Violations::default();
@@ -275,8 +319,15 @@ impl AccountAmount {
         let amount = check.field(Amount::parse("amount", amount));
         let currency = check.field(Currency::parse("currency", currency));
         let description = check.field(Description::parse("description", description));
-        let (Some(key), Some(account_id), Some(amount), Some(currency), Some(description)) =
-            (key, account_id, amount, currency, description)
+        let metadata = check.metadata(metadata);
+        let (
+            Some(key),
+            Some(account_id),
+            Some(amount),
+            Some(currency),
+            Some(description),
+            Some(metadata),
+        ) = (key, account_id, amount, currency, description, metadata)
         else {
             return Err(check.into_violations());
         };
@@ -285,6 +336,7 @@ impl AccountAmount {
             amount,
             currency,
             description,
+            metadata,
         };
         Ok((key, fields))
     }
@@ -306,6 +358,7 @@ impl AccountAmount {
         fields.i64(self.amount.get());
         fields.str(self.currency.as_str());
         fields.str(self.description.as_str());
+        self.metadata.fingerprint(fields);
     }
 }
 
@@ -329,10 +382,12 @@ mod registry_tests {
             );
         }
         assert_eq!(
-            Method::leaving(Effect::Entry(EntryKind::Charge)),
-            Some(Method::Charge)
+            Method::leaving(Effect::Entry(EntryKind::Credit)),
+            Some(Method::Credit)
         );
-        // Transfers and posts both write transfer entries: neither is named.
+        // Charges and reversals both write charges, transfers, posts and
+        // reversals transfer entries: none is named.
+        assert_eq!(Method::leaving(Effect::Entry(EntryKind::Charge)), None);
         assert_eq!(Method::leaving(Effect::Entry(EntryKind::TransferOut)), None);
         assert_eq!(
             Method::leaving(Effect::ResolvedHold(crate::ledger::HoldState::Voided)),
@@ -366,6 +421,8 @@ pub(crate) mod testing {
                 currency: usd(),
                 balance,
                 held,
+                limits: crate::ledger::Limits::default(),
+                metadata: crate::ledger::Metadata::NONE,
                 created_at: now(),
             },
             entry_count: 0,

@@ -1,4 +1,6 @@
-//! OpenAccount: a new account with a zero balance in one currency.
+//! OpenAccount: a new account with a zero balance in one currency, and its
+//! limits (by default a floor at zero and no ceiling; SPEC 3.9), which it keeps
+//! as its opening limits until its first change.
 
 use super::{Named, Operation, Violations, account_message, lacks_a_field};
 use crate::ledger::book::{Book, RowCounts};
@@ -6,12 +8,14 @@ use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
 use crate::ledger::model::{Account, Effect};
 use crate::ledger::values::Currency;
-use crate::ledger::{FieldViolation, IdempotencyKey, Needs};
+use crate::ledger::{FieldViolation, IdempotencyKey, Limits, Metadata, Needs};
 use crate::proto::pb;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenAccount {
     pub currency: Currency,
+    pub limits: Limits,
+    pub metadata: Metadata,
 }
 
 impl Operation for OpenAccount {
@@ -25,14 +29,29 @@ impl Operation for OpenAccount {
         let mut check = Violations::default();
         let key = check.key(r.idempotency_key);
         let currency = check.field(Currency::parse("currency", &r.currency));
-        let (Some(key), Some(currency)) = (key, currency) else {
+        let limits = check.limits(r.limits.unwrap_or_default());
+        let metadata = check.metadata(r.metadata);
+        let (Some(key), Some(currency), Some(limits), Some(metadata)) =
+            (key, currency, limits, metadata)
+        else {
             return Err(check.into_violations());
         };
-        Ok((key, Self { currency }))
+        let open = Self {
+            currency,
+            limits,
+            metadata,
+        };
+        Ok((key, open))
     }
 
     fn fingerprint(&self, fields: &mut Fields) {
         fields.str(self.currency.as_str());
+        self.limits.fingerprint_unless_default(fields);
+        self.metadata.fingerprint(fields);
+    }
+
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
     }
 
     fn needs(&self) -> Needs {
@@ -46,7 +65,7 @@ impl Operation for OpenAccount {
     }
 
     fn decide(&self, book: &mut Book) -> Result<Account, Refusal> {
-        book.open_account(self.currency)
+        book.open_account(self.currency, self.limits)
     }
 
     fn reply(account: &Account) -> pb::OpenAccountReply {

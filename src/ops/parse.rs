@@ -1,6 +1,7 @@
 //! Request validation: every invalid field of a request is reported at once.
 
-use crate::ledger::{FieldViolation, IdempotencyKey};
+use crate::ledger::{FieldViolation, IdempotencyKey, Limits, Metadata};
+use crate::proto::pb;
 
 /// The violations found so far in one request.
 #[derive(Debug, Default)]
@@ -14,6 +15,25 @@ impl Violations {
 
     pub fn key(&mut self, raw: String) -> Option<IdempotencyKey> {
         self.field(IdempotencyKey::parse("idempotency_key", raw))
+    }
+
+    /// An `AccountLimits` (field `limits`), each of its violations named
+    /// `limits.*`.
+    pub fn limits(&mut self, raw: pb::AccountLimits) -> Option<Limits> {
+        let raw = (raw.min_balance, raw.no_min_balance, raw.max_balance);
+        Limits::parse("limits", raw)
+            .map_err(|violations| self.0.extend(violations))
+            .ok()
+    }
+
+    /// A call's `metadata`, each violation naming the field and the key at fault.
+    pub fn metadata(
+        &mut self,
+        raw: impl IntoIterator<Item = (String, String)>,
+    ) -> Option<Metadata> {
+        Metadata::parse("metadata", raw)
+            .map_err(|violations| self.0.extend(violations))
+            .ok()
     }
 
     /// Records a violation found by a check across fields.

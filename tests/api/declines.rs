@@ -33,6 +33,7 @@ async fn insufficient_funds_is_replayed_even_after_funding() {
             amount: 100,
             currency: "USD".into(),
             description: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -94,6 +95,7 @@ async fn currency_mismatch_and_overflow_are_stored_declines() {
         amount: 2,
         currency: "USD".into(),
         description: String::new(),
+        ..Default::default()
     };
     let first = client.credit(overflow.clone()).await.unwrap_err();
     assert_eq!(first.code(), Code::FailedPrecondition);
@@ -137,6 +139,7 @@ async fn a_reused_key_is_refused_and_charges_nothing() {
             amount: 10,
             currency: "USD".into(),
             description: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -149,6 +152,7 @@ async fn a_reused_key_is_refused_and_charges_nothing() {
         .open_account(pb::OpenAccountRequest {
             idempotency_key: "once".into(),
             currency: "USD".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -149,6 +149,7 @@ async fn every_keyed_method_replays() {
     let open = pb::OpenAccountRequest {
         idempotency_key: "open-eur".into(),
         currency: "EUR".into(),
+        ..Default::default()
     };
     let opened = client.open_account(open.clone()).await.unwrap();
     let reopened = client.open_account(open).await.unwrap();
@@ -163,6 +164,7 @@ async fn every_keyed_method_replays() {
         amount: 500,
         currency: "EUR".into(),
         description: "refund #7 ✓".into(),
+        ..Default::default()
     };
     let credited = client.credit(credit.clone()).await.unwrap().into_inner();
     let again = client.credit(credit).await.unwrap();

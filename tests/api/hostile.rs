@@ -89,6 +89,7 @@ fn post(known: u64) -> impl Strategy<Value = pb::PostRequest> {
         idempotency_key,
         legs,
         description,
+        ..Default::default()
     })
 }
 
@@ -110,7 +111,8 @@ fn call(known: u64) -> impl Strategy<Value = Call> {
         (text(), currency()).prop_map(|(idempotency_key, currency)| Call::Open(
             pb::OpenAccountRequest {
                 idempotency_key,
-                currency
+                currency,
+                ..Default::default()
             }
         )),
         posting().prop_map(
@@ -121,6 +123,7 @@ fn call(known: u64) -> impl Strategy<Value = Call> {
                     amount,
                     currency,
                     description,
+                    ..Default::default()
                 })
             }
         ),
@@ -132,6 +135,7 @@ fn call(known: u64) -> impl Strategy<Value = Call> {
                     amount,
                     currency,
                     description,
+                    ..Default::default()
                 })
             }
         ),
@@ -205,6 +209,8 @@ impl prost::Message for RawMessage {
     }
 }
 
+// proptest's failure carries the failing case: a request, however large.
+#[allow(clippy::result_large_err)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn arbitrary_requests_get_documented_answers() {
     let db = TestDb::new();

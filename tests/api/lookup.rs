@@ -175,6 +175,7 @@ async fn call(
             .open_account(pb::OpenAccountRequest {
                 idempotency_key: key.into(),
                 currency: "USD".into(),
+                ..Default::default()
             })
             .await
             .map(drop),

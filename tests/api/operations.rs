@@ -96,6 +96,7 @@ async fn tokens_authenticate_and_scope_keys_per_client() {
     let open = pb::OpenAccountRequest {
         idempotency_key: "acct".into(),
         currency: "USD".into(),
+        ..Default::default()
     };
     let account = shop
         .open_account(open)
@@ -111,6 +112,7 @@ async fn tokens_authenticate_and_scope_keys_per_client() {
         amount: 100,
         currency: "USD".into(),
         description: String::new(),
+        ..Default::default()
     };
     shop.credit(fund).await.unwrap();
 
@@ -190,6 +192,7 @@ async fn tls_serves_clients_that_trust_the_certificate() {
     let open = pb::OpenAccountRequest {
         idempotency_key: "tls".into(),
         currency: "USD".into(),
+        ..Default::default()
     };
     LedgerClient::new(channel)
         .open_account(open.clone())

@@ -168,6 +168,7 @@ async fn the_first_database_url_that_answers_is_used() {
     let open = pb::OpenAccountRequest {
         idempotency_key: "o".into(),
         currency: "USD".into(),
+        ..Default::default()
     };
     LedgerClient::new(server.channel())
         .open_account(open)
@@ -201,6 +202,7 @@ async fn migrate_then_serve_without_migrating() {
     let open = pb::OpenAccountRequest {
         idempotency_key: "o".into(),
         currency: "USD".into(),
+        ..Default::default()
     };
     LedgerClient::new(server.channel())
         .open_account(open)

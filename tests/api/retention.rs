@@ -172,6 +172,7 @@ async fn purged_hold_and_account_keys_are_refused() {
     let open = pb::OpenAccountRequest {
         idempotency_key: "open-late".into(),
         currency: "USD".into(),
+        ..Default::default()
     };
     c.open_account(open.clone()).await.unwrap();
     for key in ["hold-1", "take-1", "free-2", "open-late"] {

@@ -13,21 +13,13 @@ use nix::sys::signal::Signal;
 use crate::support::proxy::Proxy;
 use crate::support::{
     Config, LedgerProcess, NUMBERED, TestApp, TestDb, UNNUMBERED_COUNT, add_commits,
-    assert_audit_passes, assert_stream_sound, charge, leg, open_funded, post, private_server,
-    run_ledger, server_url, transfer, until_lease_free, until_sequenced,
+    assert_audit_passes, assert_stream_sound, charge, hex, is_mariadb, leg, open_funded, post,
+    private_server, run_ledger, server_url, transfer, until_lease_free, until_sequenced,
 };
 
 /// A bound on waiting for the assigner: its lease (3 s) if it must change hands,
 /// and a round.
 const SEQUENCED_WITHIN: Duration = Duration::from_secs(20);
-
-fn hex(text: &str) -> String {
-    use std::fmt::Write as _;
-    text.bytes().fold(String::new(), |mut hex, b| {
-        let _ = write!(hex, "{b:02x}");
-        hex
-    })
-}
 
 /// Charges, transfers and posts through two instances at once, on shared
 /// accounts: the reply says 0 (numbered after the commit), the reads show the
@@ -617,4 +609,240 @@ async fn the_stream_migrations_reverse_and_apply_again_on_a_populated_ledger() {
         assert_eq!(entry.sequence, sequence);
     }
     assert_audit_passes(&db.url).await;
+}
+
+/// The lease owner of the assigner of the version before 2026-12-04, which
+/// numbered `entries.sequence` itself.
+const OLD_ASSIGNER: &str = "an assigner of the version before";
+
+/// The 2026-12-04 migration, run as `ledger serve` runs it at start, while an
+/// assigner of the version before it holds the lease and is about to number the
+/// last operations' entries: a round of that assigner committed during the
+/// migration is refused (the migration holds the lease) or keeps its numbers,
+/// and the stream has no hole. Forced: an open transaction that read `entries`
+/// holds the migration at its first ALTER, and one that locked `stream_commits`
+/// holds it at its copy of the numbers; the old round then starts and sends its
+/// writes, which wait for the copy's locks, so it commits after the copy and
+/// before the drop of the column it writes, where its numbers would be lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_old_round_during_the_commits_migration_is_numbered_or_refused() {
+    let db = TestDb::new();
+    let total = populated(&db).await;
+    let mut conn = db.sql().await;
+    conn.query_drop(COMMITS_DOWN).await.unwrap();
+    conn.query_drop("DELETE FROM __diesel_schema_migrations WHERE version = '20261204000001'")
+        .await
+        .unwrap();
+    // The last transfer, charge and post (7 entries) wait for the next round.
+    let next = total - 7 + 1;
+    let numbers: Vec<(u64, u64)> = conn
+        .exec(
+            "SELECT entry_id, sequence FROM entries WHERE sequence >= ? ORDER BY sequence",
+            (next,),
+        )
+        .await
+        .unwrap();
+    assert_eq!(numbers.len(), 7);
+    conn.exec_drop(
+        "UPDATE entries SET sequence = NULL WHERE sequence >= ?",
+        (next,),
+    )
+    .await
+    .unwrap();
+    conn.exec_drop(
+        "UPDATE ledger_stream SET owner = ?, next_sequence = ?, \
+         lease_until = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE id = 1",
+        (OLD_ASSIGNER, next),
+    )
+    .await
+    .unwrap();
+
+    let mut entries_read = db.hold("SELECT COUNT(*) FROM entries").await;
+    let url = db.url.clone();
+    let migrating =
+        tokio::spawn(async move { ledger::db::admin::migrate::run_migrations(&url).await });
+    until_metadata_lock_wait(&db).await;
+    let mut copy_held = db.hold("SELECT * FROM stream_commits FOR UPDATE").await;
+    entries_read.query_drop("ROLLBACK").await.unwrap();
+    until_lock_waits(&db, 1, None).await;
+
+    let round = old_round(&db, next, &numbers).await;
+    if let Some(round) = &round {
+        until_lock_waits(&db, 2, Some(round)).await;
+    }
+    copy_held.query_drop("ROLLBACK").await.unwrap();
+    let committed = match round {
+        Some(round) => round.await.unwrap().is_ok(),
+        None => false,
+    };
+    migrating.await.unwrap().expect("migrated");
+    if committed {
+        let kept: Vec<(u64, u64)> = conn
+            .exec(
+                format!(
+                    "SELECT entry_id, sequence FROM {NUMBERED} e WHERE sequence >= ? \
+                     ORDER BY sequence"
+                ),
+                (next,),
+            )
+            .await
+            .unwrap();
+        assert_eq!(kept, numbers, "the old round's numbers were lost");
+    }
+
+    let app = TestApp::spawn(&db).await;
+    until_sequenced(&db, SEQUENCED_WITHIN).await;
+    assert_stream_sound(&db).await;
+    assert_audit_passes(&db.url).await;
+    drop(app);
+}
+
+/// A round of the assigner of the version before 2026-12-04, as it ran: the
+/// lease row locked and its owner checked, the unnumbered entries read, then
+/// its writes and COMMIT in one batch, sent in a task of its own (they may
+/// wait). `None` when the lease was not its own, so it wrote nothing.
+async fn old_round(
+    db: &TestDb,
+    next: u64,
+    numbers: &[(u64, u64)],
+) -> Option<tokio::task::JoinHandle<Result<(), mysql_async::Error>>> {
+    let mut conn = db.sql().await;
+    conn.query_drop("BEGIN").await.unwrap();
+    let (owner, valid): (Vec<u8>, u64) = conn
+        .query_first(
+            "SELECT owner, CAST(lease_until > UTC_TIMESTAMP(6) AS UNSIGNED) \
+             FROM ledger_stream WHERE id = 1 FOR UPDATE",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    if owner != OLD_ASSIGNER.as_bytes() || valid == 0 {
+        conn.query_drop("ROLLBACK").await.unwrap();
+        return None;
+    }
+    let unnumbered: Vec<u64> = conn
+        .query("SELECT entry_id FROM entries WHERE sequence IS NULL")
+        .await
+        .unwrap();
+    assert_eq!(unnumbered.len(), numbers.len());
+    let last = next + u64::try_from(numbers.len()).unwrap();
+    let cases = numbers
+        .iter()
+        .fold(String::new(), |mut cases, (id, sequence)| {
+            use std::fmt::Write as _;
+            let _ = write!(cases, " WHEN {id} THEN {sequence}");
+            cases
+        });
+    let ids: Vec<String> = numbers.iter().map(|(id, _)| id.to_string()).collect();
+    let writes = format!(
+        "UPDATE ledger_stream SET next_sequence = {last}, \
+         lease_until = UTC_TIMESTAMP(6) + INTERVAL 3 SECOND \
+         WHERE id = 1 AND owner = '{OLD_ASSIGNER}' AND next_sequence = {next}; \
+         UPDATE entries SET sequence = CASE entry_id{cases} END WHERE entry_id IN ({}) \
+         AND (SELECT next_sequence FROM ledger_stream WHERE id = 1) = {last}; COMMIT",
+        ids.join(", ")
+    );
+    Some(tokio::spawn(async move { conn.query_drop(writes).await }))
+}
+
+/// Polls until a statement on the test's database waits for a table's metadata
+/// lock; fails after 30 s.
+async fn until_metadata_lock_wait(db: &TestDb) {
+    let mut conn = db.sql().await;
+    let sql = if is_mariadb(&mut conn).await {
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE DB = DATABASE() AND STATE = 'Waiting for table metadata lock'"
+    } else {
+        "SELECT COUNT(*) FROM performance_schema.threads WHERE PROCESSLIST_DB = DATABASE() \
+         AND PROCESSLIST_STATE = 'Waiting for table metadata lock'"
+    };
+    for _ in 0..1500 {
+        let waiting: u64 = conn.query_first(sql).await.unwrap().unwrap_or(0);
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("nothing came to wait for a metadata lock");
+}
+
+/// Polls until `n` transactions on the test's database wait for a row lock, or
+/// `done` has finished; fails after 30 s. MariaDB refreshes INNODB_TRX only when
+/// it was not read for 100 ms, so the polls are spaced wider than that.
+async fn until_lock_waits(
+    db: &TestDb,
+    n: u64,
+    done: Option<&tokio::task::JoinHandle<Result<(), mysql_async::Error>>>,
+) {
+    let mut conn = db.sql().await;
+    let sql = if is_mariadb(&mut conn).await {
+        "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
+         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+         WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
+    } else {
+        "SELECT COUNT(DISTINCT ENGINE_TRANSACTION_ID) FROM performance_schema.data_locks \
+         WHERE OBJECT_SCHEMA = DATABASE() AND LOCK_STATUS = 'WAITING'"
+    };
+    for _ in 0..200 {
+        let waiting: u64 = conn.query_first(sql).await.unwrap().unwrap_or(0);
+        if waiting >= n || done.is_some_and(tokio::task::JoinHandle::is_finished) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    panic!("fewer than {n} transactions came to wait for a row lock");
+}
+
+/// A round's write of its numbers numbers nothing once the lease is another's,
+/// even with the next sequence it read: sent as a round whose lease a migration
+/// took after its read would send it, it leaves the commits unnumbered; sent for
+/// the lease's owner, it numbers them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_round_whose_lease_was_taken_numbers_nothing() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(
+        &db,
+        Config {
+            stream_assigner: Some(false),
+            ..Config::default()
+        },
+    )
+    .await;
+    let account = app.funded_account("USD", 100).await;
+    app.client()
+        .await
+        .charge(charge("c", account, 1))
+        .await
+        .unwrap();
+    let mut conn = db.sql().await;
+    let commits: Vec<(u64, u64)> = conn
+        .query("SELECT commit_id, entry_count FROM stream_commits ORDER BY created_at, commit_id")
+        .await
+        .unwrap();
+    let mut last = 1;
+    let numbers: Vec<(u64, u64)> = commits
+        .iter()
+        .map(|&(id, entries)| {
+            let first = last;
+            last += entries;
+            (id, first)
+        })
+        .collect();
+    conn.exec_drop(
+        "UPDATE ledger_stream SET owner = 'the migrations', next_sequence = ? WHERE id = 1",
+        (last,),
+    )
+    .await
+    .unwrap();
+
+    let stale = ledger::db::stream::numbering_sql(&numbers, last, b"an assigner");
+    conn.query_drop(stale).await.unwrap();
+    assert_eq!(
+        db.count(UNNUMBERED_COUNT).await,
+        last - 1,
+        "nothing numbered"
+    );
+    let owned = ledger::db::stream::numbering_sql(&numbers, last, b"the migrations");
+    conn.query_drop(owned).await.unwrap();
+    assert_eq!(db.count(UNNUMBERED_COUNT).await, 0);
 }

@@ -296,6 +296,7 @@ async fn a_read_only_client_can_read_and_change_nothing() {
         .open_account(pb::OpenAccountRequest {
             idempotency_key: "open".into(),
             currency: "USD".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

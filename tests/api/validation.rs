@@ -79,6 +79,7 @@ async fn invalid_fields_are_named_and_leave_no_trace() {
         .open_account(pb::OpenAccountRequest {
             idempotency_key: "o".into(),
             currency: "usd".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

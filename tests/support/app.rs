@@ -48,6 +48,8 @@ pub struct Config {
     /// Whether the instance runs a candidate for the change stream's assigner;
     /// `None`: the service's default (on).
     pub stream_assigner: Option<bool>,
+    /// Serve the console too, on a random loopback port.
+    pub console: bool,
 }
 
 impl Default for Config {
@@ -71,6 +73,7 @@ impl Default for Config {
             batch_writers: None,
             batch_stall: None,
             stream_assigner: None,
+            console: false,
         }
     }
 }
@@ -116,6 +119,12 @@ impl Config {
         if let Some(stall) = self.batch_stall {
             settings.limits.batch_stall = stall;
         }
+        if self.console {
+            settings.console = Some(ledger::config::ConsoleSettings {
+                addr: "127.0.0.1:0".parse().unwrap(),
+                next_free_port: false,
+            });
+        }
         settings
     }
 }
@@ -136,6 +145,8 @@ fn init_logs() {
 /// A running service instance on a random port.
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// The console's address, when it is on.
+    pub console: Option<SocketAddr>,
     pub persistence: ledger::db::Persistence,
     stop: CancellationToken,
 }
@@ -157,11 +168,13 @@ impl TestApp {
             .await
             .expect("app builds");
         let addr = app.local_addr();
+        let console = app.console_addr();
         let persistence = app.persistence().clone();
         let stop = CancellationToken::new();
         tokio::spawn(app.run_until(stop.clone().cancelled_owned()));
         Self {
             addr,
+            console,
             persistence,
             stop,
         }
@@ -234,6 +247,7 @@ pub async fn open_funded(
         .open_account(pb::OpenAccountRequest {
             idempotency_key: format!("open-{tag}"),
             currency: currency.into(),
+            ..Default::default()
         })
         .await
         .expect("open account")
@@ -249,6 +263,7 @@ pub async fn open_funded(
                 amount: balance,
                 currency: currency.into(),
                 description: "funding".into(),
+                ..Default::default()
             })
             .await
             .expect("credit");

@@ -3,6 +3,7 @@
 //! - `server`: the database server, a fresh database per test, direct SQL;
 //! - `app`: service instances in the test process, on random ports;
 //! - `gate`: holding a transaction open before its COMMIT;
+//! - `http`: a plain HTTP client for the console, and its event streams;
 //! - `wire`: request builders, raw replies, the replay marker;
 //! - `process`: the `ledger` binary as separate processes;
 //! - `proxy`: a TCP proxy that black-holes the database, cuts a connection or
@@ -10,7 +11,8 @@
 //! - `storm`: many calls released at once, and the check their replies pass;
 //! - `stream`: waiting for the change stream's numbers, and its promises in SQL;
 //! - `follow`: a reader of the change stream that checks every entry continues it;
-//! - `cluster`: the multi-primary cluster under test, its engine and its script.
+//! - `cluster`: the multi-primary cluster under test, its engine and its script;
+//! - `limits`: limits moved under load, and the journal walk that checks them.
 //!
 //! Each test binary uses a part of it.
 
@@ -22,9 +24,13 @@
 )]
 
 pub mod app;
+pub mod balances;
 pub mod cluster;
 pub mod follow;
 pub mod gate;
+pub mod http;
+pub mod limits;
+pub mod metadata;
 pub mod process;
 pub mod proxy;
 pub mod server;
@@ -45,6 +51,7 @@ pub use stream::{
     until_sequenced,
 };
 pub use wire::{
-    Bearer, capture, charge, credit, info, leg, place_hold, post, raw_call, reason, refund,
-    replayed, scrape, token_line, transfer, void, with_deadline, with_token,
+    Bearer, capture, charge, credit, hex, info, leg, limits, open_account, place_hold, post,
+    raw_call, reason, refund, replayed, reverse, scrape, set_limits, token_line, transfer, void,
+    with_deadline, with_token,
 };

@@ -273,7 +273,8 @@ impl TestDb {
     }
 
     /// Statements on this test's database waiting for a row lock of `table`
-    /// (`idempotency_keys`: probes; `key lookups`: LookupKey; `accounts`: account
+    /// (`idempotency_keys`: probes; `key lookups`: LookupKey; `key locks`: the
+    /// key rows a reversal names; `accounts`: account
     /// locks; `id_blocks`: blocks of ids taken). MySQL lists every
     /// waiting lock in `performance_schema.data_locks`. MariaDB has no such table,
     /// and its INNODB_TRX snapshot is refreshed only when it was not read for 100
@@ -284,6 +285,7 @@ impl TestDb {
             let pattern = match table {
                 "idempotency_keys" => "INSERT INTO idempotency_keys%",
                 "key lookups" => "SELECT%FROM idempotency_keys%LOCK IN SHARE MODE%",
+                "key locks" => "SELECT%FROM idempotency_keys%FOR UPDATE%",
                 "accounts" => "%FROM accounts WHERE account_id IN%FOR UPDATE%",
                 "id_blocks" => "UPDATE id_blocks%",
                 other => panic!("no statement pattern for {other}"),
@@ -297,7 +299,7 @@ impl TestDb {
             .unwrap()
             .unwrap_or(0)
         } else {
-            let table = if table == "key lookups" {
+            let table = if table == "key lookups" || table == "key locks" {
                 "idempotency_keys"
             } else {
                 table
@@ -311,6 +313,12 @@ impl TestDb {
             .unwrap()
             .unwrap_or(0)
         }
+    }
+
+    /// Statements waiting for a row lock of `table` (as [`Self::until_waiting_on`]
+    /// counts them).
+    pub async fn waiting_on(&self, table: &str) -> u64 {
+        Self::waiting_on_with(&mut self.sql().await, table).await
     }
 
     /// Probes waiting for a key row held by another transaction.

@@ -17,6 +17,7 @@ pub fn charge(key: &str, account_id: u64, amount: i64) -> pb::ChargeRequest {
         amount,
         currency: "USD".into(),
         description: String::new(),
+        ..Default::default()
     }
 }
 
@@ -27,6 +28,7 @@ pub fn credit(key: &str, account_id: u64, amount: i64) -> pb::CreditRequest {
         amount,
         currency: "USD".into(),
         description: String::new(),
+        ..Default::default()
     }
 }
 
@@ -38,6 +40,7 @@ pub fn transfer(key: &str, from: u64, to: u64, amount: i64) -> pb::TransferReque
         amount,
         currency: "USD".into(),
         description: String::new(),
+        ..Default::default()
     }
 }
 
@@ -57,6 +60,16 @@ pub fn post(key: &str, legs: Vec<pb::Leg>) -> pb::PostRequest {
         idempotency_key: key.into(),
         legs,
         description: String::new(),
+        ..Default::default()
+    }
+}
+
+/// A Reverse of the operation under `original`.
+pub fn reverse(key: &str, original: &str) -> pb::ReverseRequest {
+    pb::ReverseRequest {
+        idempotency_key: key.into(),
+        original_key: original.into(),
+        ..Default::default()
     }
 }
 
@@ -66,6 +79,7 @@ pub fn refund(key: &str, entry_id: u64, amount: i64) -> pb::RefundRequest {
         entry_id,
         amount,
         description: String::new(),
+        ..Default::default()
     }
 }
 
@@ -80,6 +94,7 @@ pub fn place_hold(key: &str, account_id: u64, amount: i64, ttl: Duration) -> pb:
             seconds: i64::try_from(ttl.as_secs()).unwrap(),
             nanos: i32::try_from(ttl.subsec_nanos()).unwrap(),
         }),
+        ..Default::default()
     }
 }
 
@@ -89,6 +104,33 @@ pub fn capture(key: &str, hold_id: u64, amount: i64) -> pb::CaptureHoldRequest {
         hold_id,
         amount,
         description: String::new(),
+        ..Default::default()
+    }
+}
+
+/// Limits: a floor (`None`: no floor) and a ceiling (`None`: none).
+pub fn limits(floor: Option<i64>, ceiling: Option<i64>) -> pb::AccountLimits {
+    pb::AccountLimits {
+        min_balance: floor.unwrap_or(0),
+        no_min_balance: floor.is_none(),
+        max_balance: ceiling,
+    }
+}
+
+pub fn open_account(key: &str, limits: Option<pb::AccountLimits>) -> pb::OpenAccountRequest {
+    pb::OpenAccountRequest {
+        idempotency_key: key.into(),
+        currency: "USD".into(),
+        limits,
+        ..Default::default()
+    }
+}
+
+pub fn set_limits(key: &str, account_id: u64, limits: pb::AccountLimits) -> pb::SetLimitsRequest {
+    pb::SetLimitsRequest {
+        idempotency_key: key.into(),
+        account_id,
+        limits: Some(limits),
     }
 }
 
@@ -241,4 +283,13 @@ pub async fn scrape(addr: std::net::SocketAddr) -> std::collections::HashMap<Str
         .filter_map(|l| l.rsplit_once(' '))
         .filter_map(|(series, value)| Some((series.to_owned(), value.parse().ok()?)))
         .collect()
+}
+
+/// `text` in hexadecimal, as a batch's statements write a key.
+pub fn hex(text: &str) -> String {
+    use std::fmt::Write as _;
+    text.bytes().fold(String::new(), |mut hex, b| {
+        let _ = write!(hex, "{b:02x}");
+        hex
+    })
 }

@@ -64,13 +64,7 @@ fn codes(kinds: impl Iterator<Item = EntryKind>) -> String {
 fn has_its_entries(method: &str, entries: &str) -> String {
     let mut sql = format!("CASE {method}");
     for m in Method::iter() {
-        let kinds: Vec<String> = m.entry_kinds().map(|k| k.code().to_string()).collect();
-        let once = kinds.join(",");
-        let pattern = if m.per_leg() {
-            format!("^{once}(,{once})*$")
-        } else {
-            format!("^{once}$")
-        };
+        let pattern = m.entries_pattern();
         let _ = write!(sql, " WHEN {} THEN {entries} REGEXP '{pattern}'", m.code());
     }
     sql.push_str(" ELSE FALSE END");
@@ -80,9 +74,13 @@ fn has_its_entries(method: &str, entries: &str) -> String {
 fn set_checks() -> Vec<SetCheck> {
     [
         journal_checks(),
+        limits_checks(),
+        time_checks(),
+        metadata_checks(),
         key_checks(),
         movement_checks(),
         hold_checks(),
+        reversal_checks(),
         stream_checks(),
     ]
     .into_iter()
@@ -113,9 +111,9 @@ fn journal_checks() -> Vec<SetCheck> {
                 .into(),
         },
         SetCheck {
-            name: "no negative balance or held amount",
-            sql: "SELECT CONCAT('account ', account_id, ': balance ', balance, ', held ', held) AS detail \
-                  FROM accounts WHERE balance < 0 OR held < 0"
+            name: "no negative held amount",
+            sql: "SELECT CONCAT('account ', account_id, ': held ', held) AS detail \
+                  FROM accounts WHERE held < 0"
                 .into(),
         },
         SetCheck {
@@ -139,6 +137,134 @@ fn journal_checks() -> Vec<SetCheck> {
             ),
         },
     ]
+}
+
+/// Limits (SPEC 3.9): what each entry met, and the account's history of them.
+fn limits_checks() -> Vec<SetCheck> {
+    // Every debit the floor applies to: a capture takes what its hold reserved,
+    // and a reversal may have been forced past the floor (never the ceiling).
+    let floored = codes(EntryKind::iter().filter(|k| k.takes() && *k != EntryKind::Capture));
+    let credits = codes(EntryKind::iter().filter(|k| !k.takes() && k.moves_money()));
+    let limits = EntryKind::Limits.code();
+    // The limits in force before entry `e`: the history's last row before its
+    // place (the opening limits are at place 0).
+    let before = "l.account_id = e.account_id AND l.account_seq = (SELECT MAX(x.account_seq) \
+                  FROM account_limits x WHERE x.account_id = e.account_id \
+                  AND x.account_seq < e.account_seq)";
+    vec![
+        SetCheck {
+            name: "each debit left its account at or above the floor in force, each credit at or below the ceiling",
+            sql: format!(
+                "SELECT CONCAT('entry ', e.entry_id, ' of account ', e.account_id, ' (kind ', e.kind, \
+                 '): balance_after ', e.balance_after, ' outside floor ', COALESCE(l.min_balance, 'none'), \
+                 ', ceiling ', COALESCE(l.max_balance, 'none')) AS detail \
+                 FROM entries e JOIN account_limits l ON {before} \
+                 WHERE (e.kind IN ({floored}) AND e.reverses_entry_id IS NULL \
+                     AND e.balance_after < l.min_balance) \
+                   OR (e.kind IN ({credits}) AND e.balance_after > l.max_balance)"
+            ),
+        },
+        SetCheck {
+            name: "each account has opening limits, each change of limits is a LIMITS entry and each LIMITS entry a change",
+            sql: format!(
+                "SELECT CONCAT('account ', a.account_id, ' has no opening limits') AS detail \
+                 FROM accounts a LEFT JOIN account_limits l \
+                   ON l.account_id = a.account_id AND l.account_seq = 0 \
+                 WHERE l.account_id IS NULL \
+                 UNION ALL \
+                 SELECT CONCAT('account ', l.account_id, ': limits set at place ', l.account_seq, \
+                   ' without a LIMITS entry there') AS detail \
+                 FROM account_limits l LEFT JOIN entries e \
+                   ON e.account_id = l.account_id AND e.account_seq = l.account_seq \
+                 WHERE l.account_seq > 0 AND (e.entry_id IS NULL OR e.kind <> {limits}) \
+                 UNION ALL \
+                 SELECT CONCAT('entry ', e.entry_id, ' of account ', e.account_id, \
+                   ' changes limits but sets none') AS detail \
+                 FROM entries e LEFT JOIN account_limits l \
+                   ON l.account_id = e.account_id AND l.account_seq = e.account_seq \
+                 WHERE e.kind = {limits} AND l.account_id IS NULL"
+            ),
+        },
+        SetCheck {
+            name: "each account's limits are those of its last change",
+            sql: "SELECT CONCAT('account ', a.account_id, ': floor ', COALESCE(a.min_balance, 'none'), \
+                  ', ceiling ', COALESCE(a.max_balance, 'none'), '; last set floor ', \
+                  COALESCE(l.min_balance, 'none'), ', ceiling ', COALESCE(l.max_balance, 'none')) AS detail \
+                  FROM accounts a JOIN account_limits l ON l.account_id = a.account_id \
+                    AND l.account_seq = (SELECT MAX(x.account_seq) FROM account_limits x \
+                      WHERE x.account_id = a.account_id) \
+                  WHERE NOT (a.min_balance <=> l.min_balance AND a.max_balance <=> l.max_balance)"
+                .into(),
+        },
+    ]
+}
+
+/// Time along each journal (SPEC 3.10): a balance at a time is found by a binary
+/// search over the account's entries, which is only right while their times
+/// never go backwards; and every later entry is stamped at or after the
+/// account's `stamped_at`, which must be at or after its last entry.
+fn time_checks() -> Vec<SetCheck> {
+    vec![
+        SetCheck {
+            name: "each account's entries are stamped in the order of its journal",
+            sql: "SELECT CONCAT('entry ', f.entry_id, ' of account ', f.account_id, ' at ', \
+                  f.created_at, ' is stamped before entry ', e.entry_id, ' at ', e.created_at, \
+                  ' before it') AS detail \
+                  FROM entries e JOIN entries f \
+                    ON f.account_id = e.account_id AND f.account_seq = e.account_seq + 1 \
+                  WHERE f.created_at < e.created_at"
+                .into(),
+        },
+        SetCheck {
+            name: "each account's time is at or after its last entry and its opening",
+            sql: "SELECT CONCAT('account ', a.account_id, ' is stamped to ', a.stamped_at, \
+                  ', before its last entry or its opening') AS detail \
+                  FROM accounts a LEFT JOIN entries e \
+                    ON e.account_id = a.account_id AND e.account_seq = a.entry_count \
+                  WHERE a.stamped_at < a.created_at OR a.stamped_at < e.created_at"
+                .into(),
+        },
+    ]
+}
+
+/// Metadata (SPEC 3.11): stored once per call, under its key, so every entry of
+/// one operation shows the same pairs by construction; what is left to check is
+/// that only calls that took effect carry any, and that every pair is one the
+/// contract allows.
+fn metadata_checks() -> Vec<SetCheck> {
+    let owner = |table: &str| {
+        format!(
+            "EXISTS (SELECT 1 FROM {table} x WHERE x.namespace = m.namespace \
+             AND x.idempotency_key = m.idempotency_key)"
+        )
+    };
+    vec![SetCheck {
+        name: "metadata belongs to calls that took effect, and every pair is one the contract allows",
+        sql: format!(
+            "SELECT CONCAT('key ', HEX(m.idempotency_key), ' (namespace ', HEX(m.namespace), \
+             ') carries metadata but wrote nothing') AS detail FROM metadata m \
+             WHERE NOT {} AND NOT {} AND NOT {} \
+             UNION ALL \
+             SELECT CONCAT('key ', HEX(m.idempotency_key), ' (namespace ', HEX(m.namespace), \
+               ') has metadata but no pair to search by') AS detail FROM metadata m \
+             WHERE NOT EXISTS (SELECT 1 FROM metadata_pairs p WHERE p.namespace = m.namespace \
+               AND p.idempotency_key = m.idempotency_key) \
+             UNION ALL \
+             SELECT CONCAT('key ', HEX(p.idempotency_key), ' (namespace ', HEX(p.namespace), \
+               ') has the pair ', HEX(p.name), '=', LEFT(HEX(p.value), 40), \
+               IF(m.idempotency_key IS NULL, ' but no metadata', ', which is not allowed')) AS detail \
+             FROM metadata_pairs p LEFT JOIN metadata m \
+               ON m.namespace = p.namespace AND m.idempotency_key = p.idempotency_key \
+             WHERE m.idempotency_key IS NULL \
+               OR CONVERT(p.name USING ascii) NOT REGEXP '^[A-Za-z0-9_.-]{{1,{max_key}}}$' \
+               OR CHAR_LENGTH(CONVERT(p.value USING utf8mb4)) > {max_value}",
+            owner("entries"),
+            owner("holds"),
+            owner("accounts"),
+            max_key = crate::ledger::metadata::MAX_KEY_LEN,
+            max_value = crate::ledger::metadata::MAX_VALUE_CHARS,
+        ),
+    }]
 }
 
 /// Keys and what they wrote.
@@ -187,7 +313,44 @@ fn key_checks() -> Vec<SetCheck> {
                   '): places ', MIN(leg), '..', MAX(leg), ' of ', COUNT(*), ' entries') AS detail \
                   FROM entries GROUP BY namespace, idempotency_key \
                   HAVING MIN(leg) <> 0 OR MAX(leg) <> COUNT(*) - 1 \
-                    OR SUM(post_leg <> leg DIV 2) > 0"
+                    OR SUM(post_leg <> leg DIV 2 AND reverses_entry_id IS NULL) > 0"
+                .into(),
+        },
+    ]
+}
+
+/// Reversals (SPEC 3.12): each entry mirrors the one it names, and no
+/// operation is reversed twice.
+fn reversal_checks() -> Vec<SetCheck> {
+    let mirrored = format!(
+        "{} = -{}",
+        signed("r.kind", "r.amount"),
+        signed("o.kind", "o.amount")
+    );
+    vec![
+        SetCheck {
+            name: "each reversal entry mirrors the entry it names (account, amount, opposite direction)",
+            sql: format!(
+                "SELECT CONCAT('reversal entry ', r.entry_id, ' of entry ', r.reverses_entry_id) AS detail \
+                 FROM entries r LEFT JOIN entries o ON o.entry_id = r.reverses_entry_id \
+                 WHERE r.reverses_entry_id IS NOT NULL AND (o.entry_id IS NULL \
+                   OR o.account_id <> r.account_id OR o.currency <> r.currency \
+                   OR NOT ({mirrored}) OR o.reverses_entry_id IS NOT NULL \
+                   OR o.post_leg <> r.post_leg)"
+            ),
+        },
+        SetCheck {
+            name: "no operation is reversed twice, and each reversal is recorded once",
+            sql: "SELECT CONCAT('operation ', HEX(o.idempotency_key), ' (namespace ', HEX(o.namespace), \
+                  '): ', COUNT(DISTINCT r.idempotency_key), ' reversals, ', COUNT(*), ' reversal entries, ', \
+                  COUNT(DISTINCT o.entry_id), ' entries reversed') AS detail \
+                  FROM entries r JOIN entries o ON o.entry_id = r.reverses_entry_id \
+                  LEFT JOIN reversals v ON v.namespace = o.namespace AND v.original_key = o.idempotency_key \
+                  GROUP BY o.namespace, o.idempotency_key \
+                  HAVING COUNT(DISTINCT r.idempotency_key) <> 1 OR COUNT(*) <> COUNT(DISTINCT o.entry_id) \
+                    OR COUNT(*) <> (SELECT COUNT(*) FROM entries x WHERE x.namespace = o.namespace \
+                      AND x.idempotency_key = o.idempotency_key) \
+                    OR SUM(v.reversal_key IS NULL OR v.reversal_key <> r.idempotency_key) > 0"
                 .into(),
         },
     ]

@@ -1,4 +1,11 @@
 //! Creates the database when it is missing and applies the embedded migrations.
+//!
+//! They are applied by `ledger migrate` and by every `ledger serve` at start,
+//! perhaps while instances of an older version still serve the database (a
+//! rolling upgrade): instances migrating at once take turns (a named lock), and
+//! a run that applies any migration holds the change stream's lease for as long
+//! as it runs (`fence`), so no assigner, of any version, numbers entries while
+//! the tables it numbers change shape.
 
 use std::time::Duration;
 
@@ -11,6 +18,7 @@ use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use mysql_async::{Opts, OptsBuilder};
 
+use super::fence::Fence;
 use crate::db::conn::cluster;
 use crate::db::conn::connection::connect;
 
@@ -161,7 +169,9 @@ pub async fn ensure_database(url: &str) -> Result<(), MigrateError> {
 /// Applies pending migrations; returns the versions applied.
 ///
 /// Instances starting together take turns: a named lock, held by the migrating
-/// session until it closes, serializes them, and the later ones find nothing to do.
+/// session until it closes, serializes them, and the later ones find nothing to
+/// do. With migrations to apply, the change stream's lease is taken first and
+/// handed back after them, whether they succeeded or not.
 pub async fn run_migrations(url: &str) -> Result<Vec<String>, MigrateError> {
     let mut conn = causal(url).await?;
     let locked: Option<i32> = diesel::select(sql::<Nullable<Integer>>(&format!(
@@ -175,11 +185,28 @@ pub async fn run_migrations(url: &str) -> Result<Vec<String>, MigrateError> {
             "another instance held the migration lock for {MIGRATION_LOCK_WAIT_SECS} s"
         )));
     }
-    with_harness(conn, |h| {
+    if pending(url).await?.is_empty() {
+        return Ok(Vec::new());
+    }
+    let fence = Fence::take(url).await.map_err(|e| {
+        MigrateError::Migrations(format!("cannot take the change stream's lease: {e}"))
+    })?;
+    let applied = with_harness(conn, |h| {
         h.run_pending_migrations(MIGRATIONS)
             .map(|versions| versions.iter().map(MigrationVersion::to_string).collect())
     })
-    .await
+    .await;
+    if let Some(fence) = fence
+        && let Err(e) = fence.release().await
+    {
+        if applied.is_ok() {
+            return Err(MigrateError::Migrations(format!(
+                "after the migrations: {e}"
+            )));
+        }
+        tracing::error!(error = %e, "after the migrations failed");
+    }
+    applied
 }
 
 /// The versions of the migrations not yet applied.

@@ -19,15 +19,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use diesel::QueryableByName;
-use diesel::sql_types::{BigInt, Nullable, Unsigned};
-use diesel_async::RunQueryDsl as _;
 use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
-use super::connection;
 use super::pool::{self, Pool, PoolSettings, Role, Session};
-use crate::ledger::{Needs, ScopedKey};
+use crate::ledger::{AccountId, ScopedKey};
 
 /// How keyed transactions choose among several database URLs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -43,15 +39,17 @@ pub enum Routing {
 /// A node that failed is passed over for this long before it is tried again.
 const PASS_OVER: Duration = Duration::from_secs(5);
 
-/// What a transaction is routed by: the lowest account it names (or, looked up,
-/// of the entries and holds it names), else its key (an account not yet opened),
-/// so at least the copies of one request meet on one node.
+/// What a transaction is routed by: the lowest account it touches (those it
+/// names, and those of the entries and holds it names, looked up before: see
+/// `exec::locate`), else its key (an account not yet opened, or a look-up that
+/// went unanswered), so at least the copies of one request meet on one node.
+/// Routing decides where contention waits, never what commits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Route(Vec<u8>);
 
 impl Route {
-    pub(crate) fn of(needs: &Needs, key: &ScopedKey) -> Self {
-        if let Some(account) = needs.accounts.iter().min() {
+    pub(crate) fn of(accounts: &[AccountId], key: &ScopedKey) -> Self {
+        if let Some(account) = accounts.iter().min() {
             return Self::account(account.get());
         }
         let mut bytes = b"key:".to_vec();
@@ -61,50 +59,12 @@ impl Route {
         Self(bytes)
     }
 
-    fn account(id: u64) -> Self {
+    /// The route of a transaction that touches only this account.
+    pub(crate) fn account(id: u64) -> Self {
         let mut bytes = b"account:".to_vec();
         bytes.extend_from_slice(&id.to_be_bytes());
         Self(bytes)
     }
-}
-
-/// The longest the look-up of a named entry's or hold's account may take; past
-/// it the transaction is routed by its key.
-const LOCATE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// The lowest account of the entries and holds `needs` names, by a plain read:
-/// an entry's or a hold's account never changes, so any node's answer will do.
-async fn lowest_account(needs: &Needs, reads: &Pool) -> Option<u64> {
-    #[derive(QueryableByName)]
-    struct Lowest {
-        #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
-        account_id: Option<u64>,
-    }
-    let list = |ids: Vec<u64>| {
-        if ids.is_empty() {
-            "NULL".to_owned()
-        } else {
-            ids.iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    };
-    let sql = format!(
-        "SELECT MIN(account_id) AS account_id FROM (\
-         SELECT account_id FROM entries WHERE entry_id IN ({}) UNION ALL \
-         SELECT account_id FROM holds WHERE hold_id IN ({})) AS named",
-        list(needs.entries.iter().map(|id| id.get()).collect()),
-        list(needs.holds.iter().map(|id| id.get()).collect()),
-    );
-    let mut conn = reads.checkout(Some(LOCATE_TIMEOUT)).await.ok()?;
-    let found = diesel::sql_query(sql)
-        .get_result::<Lowest>(&mut *conn)
-        .await;
-    if found.is_err() {
-        connection::discard(&mut conn);
-    }
-    found.ok()?.account_id
 }
 
 /// One node and its pool.
@@ -185,22 +145,6 @@ impl Nodes {
         };
         Self {
             nodes: nodes.into(),
-        }
-    }
-
-    /// The route of a transaction: [`Route::of`], except that with several nodes a
-    /// request that names entries or holds but no account (a refund, a capture, a
-    /// void) is routed by their lowest account, so it meets the other calls on
-    /// that account on one node. When the look-up fails it is routed by its key:
-    /// routing decides where contention waits, never what commits.
-    pub(crate) async fn route(&self, needs: &Needs, key: &ScopedKey, reads: &Pool) -> Route {
-        let named = !needs.entries.is_empty() || !needs.holds.is_empty();
-        if self.nodes.len() < 2 || !needs.accounts.is_empty() || !named {
-            return Route::of(needs, key);
-        }
-        match tokio::time::timeout(LOCATE_TIMEOUT, lowest_account(needs, reads)).await {
-            Ok(Some(account)) => Route::account(account),
-            _ => Route::of(needs, key),
         }
     }
 
@@ -292,16 +236,11 @@ fn host_port(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::AccountId;
 
-    fn needs(accounts: &[u64]) -> Needs {
-        Needs {
-            accounts: accounts
-                .iter()
-                .map(|a| AccountId::parse("a", *a).unwrap())
-                .collect(),
-            ..Needs::default()
-        }
+    fn accounts(ids: &[u64]) -> Vec<AccountId> {
+        ids.iter()
+            .map(|a| AccountId::parse("a", *a).unwrap())
+            .collect()
     }
 
     fn key(k: &str) -> ScopedKey {
@@ -329,16 +268,16 @@ mod tests {
     #[test]
     fn a_transfer_routes_by_its_lower_account() {
         assert_eq!(
-            Route::of(&needs(&[9, 4]), &key("a")),
-            Route::of(&needs(&[4]), &key("b"))
+            Route::of(&accounts(&[9, 4]), &key("a")),
+            Route::of(&accounts(&[4]), &key("b"))
         );
         assert_eq!(
-            Route::of(&needs(&[]), &key("a")),
-            Route::of(&needs(&[]), &key("a"))
+            Route::of(&accounts(&[]), &key("a")),
+            Route::of(&accounts(&[]), &key("a"))
         );
         assert_ne!(
-            Route::of(&needs(&[]), &key("a")),
-            Route::of(&needs(&[]), &key("b"))
+            Route::of(&accounts(&[]), &key("a")),
+            Route::of(&accounts(&[]), &key("b"))
         );
     }
 
@@ -348,7 +287,7 @@ mod tests {
         let other = nodes(&["10.0.0.3:3306", "10.0.0.1:3306", "10.0.0.2:3306"]);
         let mut per_node = std::collections::BTreeMap::new();
         for account in 1..=300 {
-            let route = Route::of(&needs(&[account]), &key("k"));
+            let route = Route::of(&accounts(&[account]), &key("k"));
             let chosen = &one.choose(&route).name;
             assert_eq!(chosen, &other.choose(&route).name);
             *per_node.entry(chosen.clone()).or_insert(0) += 1;
@@ -361,7 +300,7 @@ mod tests {
     async fn a_failed_node_s_accounts_move_and_only_they() {
         let nodes = nodes(&["10.0.0.1:3306", "10.0.0.2:3306", "10.0.0.3:3306"]);
         let routes: Vec<Route> = (1..=100)
-            .map(|a| Route::of(&needs(&[a]), &key("k")))
+            .map(|a| Route::of(&accounts(&[a]), &key("k")))
             .collect();
         let before: Vec<String> = routes
             .iter()
@@ -384,7 +323,7 @@ mod tests {
         let nodes = nodes(&["10.0.0.1:3306", "10.0.0.2:3306", "10.0.0.3:3306"]);
         let cut = nodes.iter().nth(2).unwrap();
         let route = (1..=100)
-            .map(|a| Route::of(&needs(&[a]), &key("k")))
+            .map(|a| Route::of(&accounts(&[a]), &key("k")))
             .find(|r| nodes.choose(r).name == cut.name)
             .unwrap();
         nodes.set_takes_writes(cut, false);

@@ -55,6 +55,13 @@ impl<'a> Sql<'a> {
         text
     }
 
+    /// The statement's text, with a `?` for each value: what it is prepared
+    /// and cached by.
+    #[cfg(test)]
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
     pub(crate) fn bind(mut self, value: Bind<'a>) -> Self {
         self.binds.push(value);
         self

@@ -2,8 +2,9 @@
 //! call and for a batch of calls sharing a connection:
 //!
 //! ```text
-//! only if the calls name entries or holds: find their accounts (`load::locate`),
-//!   then ROLLBACK, so the transaction the probe begins has no snapshot yet
+//! only if the calls name entries or holds the cache of their accounts lacks:
+//!   find those accounts (`locate`), then ROLLBACK, so the transaction the probe
+//!   begins has no snapshot yet
 //! probe the keys: one key, affected rows 1 (new) or 0 (duplicate), anything
 //!   else an internal error; several keys, one statement, and their rows read
 //!   back under lock unless it inserted a row for every key
@@ -21,18 +22,24 @@
 //! (`call`) follows the COMMIT: an answer lost with it leaves the call uncertain,
 //! and the next attempt's probe settles it.
 
+use std::collections::BTreeSet;
+
 use tokio::time::Instant;
 
 use super::load;
+use super::locate::{self, Located};
 use super::writes::{self, KeyOutcome};
 use crate::call::Call;
 use crate::db::Persistence;
 use crate::db::conn::failure::{AttemptError, Failure};
 use crate::db::conn::tx::{Committed, Tx};
 use crate::db::tables::effects;
-use crate::db::tables::idempotency::{self, Claim, KeyRow};
+use crate::db::tables::idempotency::{self, BatchKeyRow, Claim, KeyRow};
 use crate::error::Error;
-use crate::ledger::{Book, Fingerprint, KeyedOutcome, Refusal, ScopedKey, StoredOutcome};
+use crate::ledger::book::{Caller, Record};
+use crate::ledger::{
+    Book, Fingerprint, KeyedOutcome, Metadata, Needs, Refusal, ScopedKey, StoredOutcome,
+};
 use crate::ops::Command;
 use crate::telemetry::metrics::{self, Phase};
 
@@ -90,11 +97,18 @@ pub(super) async fn transaction(
 ) -> Result<Vec<Answer>, AttemptError> {
     let started = Instant::now();
     let needs: Vec<_> = calls.iter().map(|c| c.command.needs()).collect();
-    let located = match load::locate(&mut tx, &needs).await {
+    let named = originals(calls, &needs);
+    let named_refs: Vec<&ScopedKey> = named.iter().collect();
+    let located = match locate::locate(&mut tx, &needs, &named_refs, &db.inner.locator).await {
         Ok(located) => located,
         Err(failure) => return Err(tx.fail(failure).await),
     };
-    let found = match claim(&mut tx, calls).await {
+    let claimed = if named.is_empty() {
+        claim(&mut tx, calls).await.map(|found| (found, Vec::new()))
+    } else {
+        claim_with_originals(&mut tx, calls, &named).await
+    };
+    let (found, originals) = match claimed {
         Ok(found) => found,
         Err(failure) => return Err(tx.fail(failure).await),
     };
@@ -135,7 +149,12 @@ pub(super) async fn transaction(
             tx.finish().await?;
             return Ok(settle(slots));
         }
-        let decided = match decide(db, &mut tx, mode, &deciding, &located, &dropped).await {
+        let context = Context {
+            located: &located,
+            originals: &originals,
+            dropped: &dropped,
+        };
+        let decided = match decide(db, &mut tx, mode, &deciding, context).await {
             Ok(decided) => decided,
             Err(failure) => return Err(tx.fail(failure).await),
         };
@@ -264,6 +283,97 @@ async fn claim(tx: &mut Tx<'_>, calls: &[Calling<'_>]) -> Result<Vec<Found>, Fai
     }
     let keys: Vec<&ScopedKey> = keys.iter().map(|k| k.0).collect();
     let rows = idempotency::lock_claimed(tx, &keys).await?;
+    found_in(&rows, calls)
+}
+
+/// The operations the calls name by key, each in its call's namespace,
+/// ascending, once each.
+fn originals(calls: &[Calling<'_>], needs: &[Needs]) -> Vec<ScopedKey> {
+    let named: BTreeSet<ScopedKey> = calls
+        .iter()
+        .zip(needs)
+        .flat_map(|(calling, needs)| {
+            needs.originals.iter().map(|key| ScopedKey {
+                namespace: calling.key.namespace.clone(),
+                key: key.clone(),
+            })
+        })
+        .collect();
+    named.into_iter().collect()
+}
+
+/// A key [`claim_with_originals`] takes: a call's own, or an operation's it
+/// names (where the two are equal, the call's own first: it is the probe's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Taken<'a> {
+    Own(&'a ScopedKey),
+    Original(&'a ScopedKey),
+}
+
+impl<'a> Taken<'a> {
+    fn key(self) -> &'a ScopedKey {
+        match self {
+            Self::Own(key) | Self::Original(key) => key,
+        }
+    }
+}
+
+/// [`claim`] for calls that name operations by key: the calls' keys and the
+/// operations' key rows, all in the keys' order, so that two transactions
+/// taking any of the same key rows take them in one order. Each run of the
+/// calls' own keys is probed in one statement, each run of the operations' key
+/// rows locked in one (a row still uncommitted is waited for, as `LookupKey`
+/// waits); then the calls' rows are read back under lock. Returns each call's
+/// finding and each operation's key row, if it has one.
+async fn claim_with_originals(
+    tx: &mut Tx<'_>,
+    calls: &[Calling<'_>],
+    originals: &[ScopedKey],
+) -> Result<(Vec<Found>, Vec<(ScopedKey, Option<Record>)>), Failure> {
+    let mut taken: Vec<Taken<'_>> = calls
+        .iter()
+        .map(|c| Taken::Own(c.key))
+        .chain(originals.iter().map(Taken::Original))
+        .collect();
+    taken.sort_by(|a, b| a.key().cmp(b.key()).then(a.cmp(b)));
+    let mut rows: Vec<BatchKeyRow> = Vec::new();
+    for run in taken.chunk_by(|a, b| matches!(a, Taken::Own(_)) == matches!(b, Taken::Own(_))) {
+        let keys: Vec<&ScopedKey> = run.iter().map(|t| t.key()).collect();
+        if matches!(run.first(), Some(Taken::Own(_))) {
+            let probed: Vec<_> = run
+                .iter()
+                .filter_map(|t| calls.iter().find(|c| c.key == t.key()))
+                .map(|c| (c.key, c.command.method(), c.fingerprint))
+                .collect();
+            idempotency::probe_all(tx, &probed).await?;
+        } else {
+            rows.extend(idempotency::lock_claimed(tx, &keys).await?);
+        }
+    }
+    let own: Vec<&ScopedKey> = calls.iter().map(|c| c.key).collect();
+    let own_rows = idempotency::lock_claimed(tx, &own).await?;
+    let found = found_in(&own_rows, calls)?;
+    let records = originals
+        .iter()
+        .map(|key| {
+            let record = rows
+                .iter()
+                .find(|r| r.is(key))
+                .map(|r| match r.row.outcome() {
+                    None => Record::Claimed,
+                    Some(outcome) => Record::Committed {
+                        method: r.row.method,
+                        succeeded: outcome.code == 0,
+                    },
+                });
+            (key.clone(), record)
+        })
+        .collect();
+    Ok((found, records))
+}
+
+/// Each call's finding in its key's row, read back under lock after its probe.
+fn found_in(rows: &[BatchKeyRow], calls: &[Calling<'_>]) -> Result<Vec<Found>, Failure> {
     calls
         .iter()
         .map(|calling| {
@@ -300,6 +410,17 @@ struct Decided {
     sql: String,
 }
 
+/// What the decisions of an attempt are made with, besides its calls.
+#[derive(Clone, Copy)]
+struct Context<'a> {
+    /// What `locate` found before the probe.
+    located: &'a Located,
+    /// The operations named by key, with their key rows as the probe locked them.
+    originals: &'a [(ScopedKey, Option<Record>)],
+    /// Keys this probe inserted whose calls are out.
+    dropped: &'a [&'a ScopedKey],
+}
+
 /// Locks what the new calls need, decides each in order against one book, and
 /// returns their outcomes and the batch that records them; the rows of the
 /// `dropped` keys, and of any call refused here, are deleted by it.
@@ -314,13 +435,16 @@ async fn decide(
     tx: &mut Tx<'_>,
     mode: Mode,
     fresh: &[Calling<'_>],
-    located: &load::Located,
-    dropped: &[&ScopedKey],
+    context: Context<'_>,
 ) -> Result<Decided, Failure> {
     let needs: Vec<_> = fresh.iter().map(|c| c.command.needs()).collect();
     let until = latest_deadline(fresh);
     let locking = Instant::now();
-    let mut book = load::book(tx, &needs, located, &db.inner.ids, &db.inner.reads, until).await?;
+    let named = load::Named {
+        located: context.located,
+        originals: context.originals,
+    };
+    let mut book = load::book(tx, &needs, named, &db.inner.ids, &db.inner.reads, until).await?;
     let deciding = Instant::now();
     metrics::transaction_phase(Phase::Lock, deciding - locking);
     let decided = decide_each(db, tx, mode, fresh, &mut book).await;
@@ -338,8 +462,13 @@ async fn decide(
                 .as_ref()
                 .ok()
                 .map(|o| (c.command.method(), c.fingerprint, o)),
+            metadata: c.command.metadata(),
         })
-        .chain(dropped.iter().map(|key| KeyOutcome { key, outcome: None }))
+        .chain(context.dropped.iter().map(|key| KeyOutcome {
+            key,
+            outcome: None,
+            metadata: Metadata::none(),
+        }))
         .collect();
     let sql = writes::commit_batch(&changes, &keys, mode.batch)?;
     metrics::transaction_phase(Phase::Decide, deciding.elapsed());
@@ -366,7 +495,10 @@ async fn decide_each(
 ) -> Result<Vec<Result<StoredOutcome, Error>>, Failure> {
     let mut outcomes = Vec::with_capacity(fresh.len());
     for calling in fresh {
-        book.start_call(calling.key.key.clone());
+        book.start_call(Caller {
+            key: calling.key.clone(),
+            metadata: calling.command.metadata().clone(),
+        });
         let decided = calling.command.decide(book);
         let purged = if mode.prove_unused || matches!(decided, Err(Refusal::Declined(_))) {
             effects::purged_use(tx, calling.key).await?

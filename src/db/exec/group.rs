@@ -1,16 +1,12 @@
 //! Group commit: keyed calls that arrive while earlier ones are being written are
 //! collected and served by one transaction, so a hot account pays one COMMIT per
-//! batch rather than one per call.
+//! batch rather than one per call. This module serves a batch; the writers that
+//! take calls from their queues in batches, and leave a batch that stalls to
+//! finish apart, are `writer`'s.
 //!
 //! Batching is natural: each writer serves the calls of a share of the accounts
-//! (by account id) and takes every call waiting when it becomes free (up to
-//! [`MAX_BATCH`]); an idle service runs each call at once, alone. All the calls on
-//! a hot account meet in one writer's queue, and share its COMMITs. A writer
-//! waits for its batch only as long as a batch takes when nothing holds it up
-//! (`--batch-stall`, 20 ms): one that waits longer (on a key in flight elsewhere,
-//! a lock, a retry's backoff, a block of ids) finishes in a task of its own, and
-//! only the calls naming its accounts, entries or holds wait for it; the writer
-//! serves its other accounts meanwhile (`writer`). A batch's transaction is the
+//! and takes every call waiting when it becomes free (up to [`MAX_BATCH`]); an
+//! idle service runs each call at once, alone. A batch's transaction is the
 //! one a lone call runs (`attempt`), for many keys:
 //!
 //! ```text
@@ -39,19 +35,19 @@
 //! each member, replaying the keys that committed.
 
 use std::collections::HashSet;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::attempt::{self, Answer, Calling, Mode};
 use super::keyed;
-use super::writer::Writer;
+use super::locate::Reach;
 use crate::call::Call;
 use crate::db::Persistence;
 use crate::db::conn::failure::AttemptError;
 use crate::db::conn::lease::{LockWait, checkout};
+use crate::db::conn::route::Route;
 use crate::db::conn::tx::Tx;
 use crate::error::Error;
 use crate::ledger::{Fingerprint, KeyedOutcome, ScopedKey};
@@ -67,6 +63,9 @@ pub(crate) struct Member {
     pub(crate) key: ScopedKey,
     pub(crate) command: Command,
     pub(crate) fingerprint: Fingerprint,
+    /// The accounts it touches, found before it was queued: its writer routes
+    /// and holds it back by them, and its transaction's node is chosen by them.
+    pub(crate) reach: Reach,
     pub(crate) answer: oneshot::Sender<Result<KeyedOutcome, Error>>,
     /// Keeps the key marked as queued or in a batch until the member is dropped.
     claim: Option<Claimed>,
@@ -77,6 +76,7 @@ impl Member {
         call: Call,
         key: ScopedKey,
         command: Command,
+        reach: Reach,
         answer: oneshot::Sender<Result<KeyedOutcome, Error>>,
     ) -> Self {
         Self {
@@ -84,133 +84,49 @@ impl Member {
             call,
             key,
             command,
+            reach,
             answer,
             claim: None,
         }
     }
 }
 
+/// The keys this instance has queued or in a batch: a second call with one of
+/// them does not queue behind the first (it would wait on it without the
+/// lock-wait bound), but goes to the database alone and waits on the key's row
+/// there.
+#[derive(Default)]
+pub(crate) struct Keys(Arc<Mutex<HashSet<ScopedKey>>>);
+
+impl Keys {
+    /// Marks the member's key as queued or in a batch until the member is
+    /// dropped; false when a call with its key already is.
+    pub(crate) fn claim(&self, member: &mut Member) -> Result<bool, Error> {
+        let mut keys = self
+            .0
+            .lock()
+            .map_err(|_| Error::internal("the batch keys' lock is poisoned"))?;
+        if !keys.insert(member.key.clone()) {
+            return Ok(false);
+        }
+        member.claim = Some(Claimed {
+            key: member.key.clone(),
+            keys: self.0.clone(),
+        });
+        Ok(true)
+    }
+}
+
 /// A key this instance has queued or in a batch.
 struct Claimed {
     key: ScopedKey,
-    keys: Arc<std::sync::Mutex<HashSet<ScopedKey>>>,
+    keys: Arc<Mutex<HashSet<ScopedKey>>>,
 }
 
 impl Drop for Claimed {
     fn drop(&mut self) {
         if let Ok(mut keys) = self.keys.lock() {
             keys.remove(&self.key);
-        }
-    }
-}
-
-/// One writer's queue.
-struct Shard {
-    sender: mpsc::UnboundedSender<Member>,
-    waiting: Arc<AtomicUsize>,
-}
-
-/// The writers' queues. Each writer serves the calls of a share of the accounts,
-/// so all the calls on one account meet in one queue and batch there; a batch that
-/// waits (on a key still in flight elsewhere, on a lock) past the stall bound holds
-/// up only the calls on what it names.
-pub(crate) struct Queue {
-    shards: Vec<Shard>,
-    /// Keys queued or in a batch here: a second call with one of them does not
-    /// queue behind the first (it would wait on it without the lock-wait bound),
-    /// but goes to the database alone and waits on the key's row there.
-    keys: Arc<std::sync::Mutex<HashSet<ScopedKey>>>,
-}
-
-impl Queue {
-    /// The queues, and their writers to run once the storage exists. A writer
-    /// stops when the queue is dropped.
-    pub(crate) fn start(writers: usize) -> (Self, Writers) {
-        let mut shards = Vec::with_capacity(writers);
-        let mut receivers = Vec::with_capacity(writers);
-        for _ in 0..writers.max(1) {
-            let (sender, receiver) = mpsc::unbounded_channel();
-            let waiting = Arc::new(AtomicUsize::new(0));
-            shards.push(Shard {
-                sender,
-                waiting: waiting.clone(),
-            });
-            receivers.push((receiver, waiting));
-        }
-        let queue = Self {
-            shards,
-            keys: Arc::default(),
-        };
-        (queue, Writers { receivers })
-    }
-
-    /// Queues a call for its writer; gives it back when a call with its key is
-    /// already queued or in a batch here.
-    pub(crate) fn push(&self, mut member: Member) -> Result<Option<Member>, Error> {
-        {
-            let mut keys = self
-                .keys
-                .lock()
-                .map_err(|_| Error::internal("the batch keys' lock is poisoned"))?;
-            if !keys.insert(member.key.clone()) {
-                return Ok(Some(member));
-            }
-        }
-        member.claim = Some(Claimed {
-            key: member.key.clone(),
-            keys: self.keys.clone(),
-        });
-        let shard = self
-            .shards
-            .get(route(&member, self.shards.len()))
-            .ok_or_else(|| Error::internal("no batch writer"))?;
-        shard.waiting.fetch_add(1, Ordering::SeqCst);
-        metrics::batch_waiting(1);
-        shard.sender.send(member).map(|()| None).map_err(|_| {
-            shard.waiting.fetch_sub(1, Ordering::SeqCst);
-            metrics::batch_waiting(-1);
-            Error::internal("the batch writers have stopped")
-        })
-    }
-
-    /// Calls waiting for a writer.
-    pub(crate) fn waiting(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.waiting.load(Ordering::SeqCst))
-            .sum()
-    }
-}
-
-/// The writer of a call: by the lowest account it names, else the lowest entry
-/// or hold (whose account is found only when its transaction runs), else its key.
-fn route(member: &Member, writers: usize) -> usize {
-    use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
-    let needs = member.command.needs();
-    let hasher = BuildHasherDefault::<DefaultHasher>::default();
-    let hash = if let Some(account) = needs.accounts.iter().min() {
-        hasher.hash_one(("account", account.get()))
-    } else if let Some(entry) = needs.entries.iter().min() {
-        hasher.hash_one(("entry", entry.get()))
-    } else if let Some(hold) = needs.holds.iter().min() {
-        hasher.hash_one(("hold", hold.get()))
-    } else {
-        hasher.hash_one(("key", member.key.key.as_str()))
-    };
-    usize::try_from(hash % u64::try_from(writers.max(1)).unwrap_or(1)).unwrap_or(0)
-}
-
-/// Writers not yet running: [`Writers::run`] spawns them once the storage they
-/// write to exists.
-pub(crate) struct Writers {
-    receivers: Vec<(mpsc::UnboundedReceiver<Member>, Arc<AtomicUsize>)>,
-}
-
-impl Writers {
-    pub(crate) fn run(self, db: &Persistence) {
-        let stall = db.inner.limits.batch_stall;
-        for (receiver, waiting) in self.receivers {
-            tokio::spawn(Writer::new(receiver, waiting, stall).run(db.weak()));
         }
     }
 }
@@ -234,7 +150,14 @@ pub(super) async fn serve(db: &Persistence, batch: Vec<Member>) {
         // Alone, on the one-call path, but in this writer: calls arriving
         // meanwhile form the next batch.
         for member in members {
-            let result = keyed::run(db, &member.call, &member.key, &member.command).await;
+            let result = keyed::run(
+                db,
+                &member.call,
+                &member.key,
+                &member.command,
+                &member.reach,
+            )
+            .await;
             let _ = member.answer.send(result);
         }
         return;
@@ -307,10 +230,11 @@ fn alone(db: &Persistence, member: Member) {
             call,
             key,
             command,
+            reach,
             answer,
             ..
         } = member;
-        let _ = answer.send(keyed::run(&db, &call, &key, &command).await);
+        let _ = answer.send(keyed::run(&db, &call, &key, &command, &reach).await);
     });
 }
 
@@ -347,11 +271,7 @@ impl From<AttemptError> for Split {
 /// success, each member's answer in order.
 async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<Answer>, Split> {
     let first = members.first().ok_or(Split::Apart)?;
-    let route = db
-        .inner
-        .keyed
-        .route(&first.command.needs(), &first.key, &db.inner.reads)
-        .await;
+    let route = Route::of(first.reach.accounts(), &first.key);
     let node = db.inner.keyed.choose(&route);
     let pool = node.pool();
     // The batch waits as long as its most patient member may; a member whose

@@ -27,11 +27,13 @@
 use std::time::Duration;
 
 use super::attempt::{self, Calling, Mode};
+use super::locate::Reach;
 use crate::call::Call;
 use crate::db::Persistence;
 use crate::db::conn::failure::AttemptError;
 use crate::db::conn::lease::{LockWait, checkout};
 use crate::db::conn::pool;
+use crate::db::conn::route::Route;
 use crate::db::conn::tx::Tx;
 use crate::error::Error;
 use crate::ledger::{Fingerprint, KeyedOutcome, ScopedKey};
@@ -43,18 +45,17 @@ const BACKOFF_BASE: Duration = Duration::from_millis(5);
 /// No single retry waits longer: conflicts on a hot row clear within milliseconds.
 const BACKOFF_CAP: Duration = Duration::from_millis(250);
 
+/// Runs the call; `reach` is what it touches, found before (`locate`), which
+/// chooses its node.
 pub(crate) async fn run(
     db: &Persistence,
     call: &Call,
     key: &ScopedKey,
     command: &Command,
+    reach: &Reach,
 ) -> Result<KeyedOutcome, Error> {
     let fingerprint = command.fingerprint();
-    let route = db
-        .inner
-        .keyed
-        .route(&command.needs(), key, &db.inner.reads)
-        .await;
+    let route = Route::of(reach.accounts(), key);
     let max_attempts = db.inner.limits.max_attempts.max(1);
     let mut attempt = 1;
     let mut prove_unused = false;
@@ -110,7 +111,7 @@ pub(crate) async fn run(
 
 /// Sleeps a jittered, exponentially growing delay. Returns false, without
 /// sleeping, when the delay would outlast the caller's deadline.
-pub(super) async fn backoff(attempt: u32, call: &Call) -> bool {
+pub(crate) async fn backoff(attempt: u32, call: &Call) -> bool {
     let ceiling = BACKOFF_BASE
         .saturating_mul(1 << attempt.min(16))
         .min(BACKOFF_CAP);

@@ -25,10 +25,10 @@
 //! (README, Performance), so it is spared them.
 
 use crate::db::tables::idempotency;
-use crate::db::tables::{accounts, commits, entries, holds};
+use crate::db::tables::{accounts, commits, entries, holds, limits, metadata, reversals};
 use crate::error::Error;
 use crate::ledger::book::Changes;
-use crate::ledger::{Fingerprint, ScopedKey, StoredOutcome};
+use crate::ledger::{Fingerprint, Metadata, ScopedKey, StoredOutcome};
 use crate::ops::Method;
 
 /// How a batch protects itself (see the module's documentation).
@@ -48,6 +48,8 @@ pub(crate) struct KeyOutcome<'a> {
     pub(crate) key: &'a ScopedKey,
     /// The outcome, with what the key's row was claimed with.
     pub(crate) outcome: Option<(Method, &'a Fingerprint, &'a StoredOutcome)>,
+    /// The call's metadata, stored with a success.
+    pub(crate) metadata: &'a Metadata,
 }
 
 /// The writes and COMMIT as one batch; guarded, also the check that they
@@ -85,17 +87,34 @@ pub(crate) fn commit_batch(
     statements.extend(accounts::insert_sql(&changes.new_accounts, key_of, guard)?);
     match (batch, changes.accounts.as_slice()) {
         (Batch::Plain, [_, _, ..]) => {
-            let rows: Vec<_> = changes.accounts.iter().map(|(row, _)| row).collect();
-            statements.extend(accounts::upsert_sql(&rows));
+            let rows: Vec<_> = changes.accounts.iter().map(|c| &c.row).collect();
+            statements.extend(accounts::upsert_sql(&rows, changes.now));
         }
         _ => {
-            for (row, count_before) in &changes.accounts {
-                statements.push(accounts::update_sql(row, *count_before, guard));
+            for changed in &changes.accounts {
+                statements.push(accounts::update_sql(
+                    &changed.row,
+                    changed.count_before,
+                    changes.now,
+                    guard,
+                ));
             }
         }
     }
+    statements.extend(accounts::limits_sql(&changes.accounts, guard));
+    statements.extend(limits::insert_sql(
+        &changes.new_accounts,
+        &changes.new_entries,
+        guard,
+    ));
     let entry_rows = entries::values(&changes.new_entries, key_of)?;
     statements.extend(entries::insert_sql(&entry_rows, guard));
+    statements.extend(reversals::insert_sql(
+        &changes.reversals,
+        key_of,
+        changes.now,
+        guard,
+    )?);
     statements.extend(commits::insert_sql(
         &changes.new_entries,
         changes.now,
@@ -104,16 +123,15 @@ pub(crate) fn commit_batch(
     for row in &changes.refunded_entries {
         statements.push(entries::refunded_sql(row, guard));
     }
-    let hold_rows = holds::values(&changes.new_holds, key_of)?;
-    statements.extend(holds::insert_sql(&hold_rows, guard));
-    for resolved in &changes.resolved_holds {
-        let key = key_of(resolved.call)
-            .ok_or_else(|| Error::internal("a hold resolved by an unknown call"))?;
-        statements.push(holds::resolved_sql(&resolved.hold, key, changes.now, guard));
-    }
-    for expired in &changes.expired_holds {
-        statements.push(holds::expired_sql(expired, guard));
-    }
+    statements.extend(hold_writes(changes, key_of, guard)?);
+    // Before the outcomes: the guard holds only while the first key's row has
+    // none yet.
+    let succeeded: Vec<(&ScopedKey, &Metadata)> = keys
+        .iter()
+        .filter(|k| k.outcome.is_some_and(|(_, _, outcome)| outcome.code == 0))
+        .map(|k| (k.key, k.metadata))
+        .collect();
+    statements.extend(metadata::insert_sql(&succeeded, guard));
     match batch {
         // One upsert by primary key for all of them (see `outcomes_sql`).
         Batch::Plain => statements.extend(idempotency::outcomes_sql(&stored)),
@@ -144,6 +162,26 @@ pub(crate) fn commit_batch(
     Ok(statements.join("; "))
 }
 
+/// The writes of the holds placed, resolved and found expired.
+fn hold_writes<'k>(
+    changes: &Changes,
+    key_of: impl Fn(usize) -> Option<&'k ScopedKey> + Copy,
+    guard: Option<&str>,
+) -> Result<Vec<String>, Error> {
+    let mut statements = Vec::new();
+    let hold_rows = holds::values(&changes.new_holds, key_of)?;
+    statements.extend(holds::insert_sql(&hold_rows, guard));
+    for resolved in &changes.resolved_holds {
+        let key = key_of(resolved.call)
+            .ok_or_else(|| Error::internal("a hold resolved by an unknown call"))?;
+        statements.push(holds::resolved_sql(&resolved.hold, key, changes.now, guard));
+    }
+    for expired in &changes.expired_holds {
+        statements.push(holds::expired_sql(expired, guard));
+    }
+    Ok(statements)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,6 +209,7 @@ mod tests {
         let keys = [KeyOutcome {
             key: &key,
             outcome: Some((method, &fingerprint, &outcome)),
+            metadata: Metadata::none(),
         }];
         let changes = Changes::default();
         assert_eq!(
@@ -212,10 +251,12 @@ mod tests {
             KeyOutcome {
                 key: &dropped,
                 outcome: None,
+                metadata: Metadata::none(),
             },
             KeyOutcome {
                 key: &kept,
                 outcome: Some((method, &fingerprint, &outcome)),
+                metadata: Metadata::none(),
             },
         ];
         let sql = commit_batch(&Changes::default(), &keys, Batch::Guarded).unwrap();
@@ -232,6 +273,44 @@ mod tests {
             sql.contains(") = 1)); COMMIT"),
             "only the stored key is checked: {sql}"
         );
+    }
+
+    /// Every guarded write comes before the outcomes are stored: once the
+    /// claiming key's row has its outcome the guard is false, and a write after
+    /// it would be dropped without a word (as a call's metadata once was).
+    #[test]
+    fn every_guarded_write_precedes_the_stored_outcomes() {
+        let key = key();
+        let outcome = StoredOutcome {
+            code: 0,
+            body: vec![0x01],
+        };
+        let (method, fingerprint) = claim();
+        let pairs = Metadata::stored([("order_id".to_owned(), "A-1".to_owned())]);
+        let keys = [KeyOutcome {
+            key: &key,
+            outcome: Some((method, &fingerprint, &outcome)),
+            metadata: &pairs,
+        }];
+        let sql = commit_batch(&Changes::default(), &keys, Batch::Guarded).unwrap();
+        let statements: Vec<&str> = sql.split("; ").collect();
+        let stored = statements
+            .iter()
+            .position(|s| s.starts_with("UPDATE idempotency_keys SET outcome"))
+            .unwrap();
+        let guarded: Vec<usize> = statements
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.contains("outcome IS NULL") && !s.starts_with("UPDATE idempotency_keys")
+            })
+            .map(|(n, _)| n)
+            .collect();
+        assert!(
+            guarded.len() >= 2,
+            "the call's metadata is written, guarded: {sql}"
+        );
+        assert!(guarded.iter().all(|n| *n < stored), "{sql}");
     }
 
     #[test]

@@ -20,8 +20,8 @@
 //! UPDATE ledger_stream SET next_sequence = ..., lease_until = ... WHERE id = 1 AND
 //!   owner = me AND next_sequence = <read>;
 //! UPDATE stream_commits SET first_sequence = CASE commit_id WHEN ... END
-//!   WHERE commit_id IN (...) AND <ledger_stream's next_sequence is the new one>;
-//!   ...; COMMIT
+//!   WHERE commit_id IN (...) AND <ledger_stream's owner is me, and its
+//!   next_sequence the new one>;  ...; COMMIT
 //! ```
 //!
 //! A round sees only committed commits, and numbers them after every commit of
@@ -43,9 +43,11 @@
 //! lease row rather than `GET_LOCK`, which is per node on Galera; a killed owner
 //! is replaced once its lease runs out. Rounds of two assigners cannot
 //! interleave: each starts by locking the row (on a cluster, certification
-//! refuses the second to commit), and the guards of the final writes make them
-//! no-ops outside the transaction that read the row (a Galera transaction
-//! aborted mid-batch can see the rest of its batch run in a new one).
+//! refuses the second to commit), and the guards of the final writes, on the
+//! owner and the next sequence, make them no-ops outside the transaction that
+//! read the row (a Galera transaction aborted mid-batch can see the rest of its
+//! batch run in a new one). The migrations hold the lease while they run
+//! (`db::admin::fence`), so no round runs while the tables change shape.
 //!
 //! A round runs about every [`IDLE_TICK`] while the ledger is quiet, and
 //! [`MIN_GAP`] after the last when it found commits or when a local writer
@@ -194,10 +196,11 @@ pub fn unnumbered_sql(limit: u64) -> String {
 }
 
 /// The write of `numbers` (commit id, first sequence), guarded by the lease
-/// row's `next_sequence` being `last`. Through the primary key, however few
-/// rows the statistics count: run as a scan, it would wait on the row of every
-/// commit not yet committed, and the stream with it.
-pub fn numbering_sql(numbers: &[(u64, u64)], last: u64) -> String {
+/// row's being `owner`'s and its `next_sequence` being `last`: a round whose
+/// lease was taken meanwhile (by a migration, say) numbers nothing. Through the
+/// primary key, however few rows the statistics count: run as a scan, it would
+/// wait on the row of every commit not yet committed, and the stream with it.
+pub fn numbering_sql(numbers: &[(u64, u64)], last: u64, owner: &[u8]) -> String {
     let mut sql = "UPDATE stream_commits FORCE INDEX (PRIMARY) SET first_sequence = CASE commit_id"
         .to_owned();
     for (id, seq) in numbers {
@@ -210,7 +213,8 @@ pub fn numbering_sql(numbers: &[(u64, u64)], last: u64) -> String {
     }
     let _ = write!(
         sql,
-        ") AND (SELECT next_sequence FROM ledger_stream WHERE id = 1) = {last}"
+        ") AND (SELECT next_sequence FROM ledger_stream WHERE id = 1 AND owner = {}) = {last}",
+        hex(owner)
     );
     sql
 }
@@ -576,7 +580,7 @@ impl Assigner {
         numbers.sort_unstable();
         for chunk in numbers.chunks(CHUNK) {
             sql.push(' ');
-            sql.push_str(&numbering_sql(chunk, last));
+            sql.push_str(&numbering_sql(chunk, last, &self.owner));
             sql.push(';');
         }
         sql.push_str(" COMMIT");

@@ -146,3 +146,63 @@ mod tests {
         }
     }
 }
+
+/// The statement of [`unnumbered`]: the commits without a number yet, through
+/// the NULL end of `stream_commits_sequence`.
+pub(crate) const UNNUMBERED_SQL: &str = "SELECT commit_id FROM stream_commits \
+    FORCE INDEX (stream_commits_sequence) WHERE first_sequence IS NULL";
+
+#[derive(Debug, diesel::QueryableByName)]
+struct Id {
+    #[diesel(sql_type = diesel::sql_types::Unsigned<diesel::sql_types::BigInt>)]
+    commit_id: u64,
+}
+
+/// The commits committed and not yet numbered, as a plain read sees them.
+pub(crate) async fn unnumbered(
+    conn: &mut crate::db::conn::connection::Conn,
+) -> Result<Vec<u64>, crate::error::Error> {
+    let rows: Vec<Id> =
+        crate::db::conn::tx::load(conn, crate::db::conn::sql::Sql::new(UNNUMBERED_SQL)).await?;
+    Ok(rows.into_iter().map(|r| r.commit_id).collect())
+}
+
+/// The statement of [`still_unnumbered`], by primary key; its list is padded
+/// (`Sql::with_ids`), so it has one of a few texts.
+pub(crate) fn still_unnumbered_sql(ids: &[u64]) -> crate::db::conn::sql::Sql<'static> {
+    crate::db::conn::sql::Sql::with_ids(
+        "SELECT commit_id FROM stream_commits FORCE INDEX (PRIMARY) \
+         WHERE first_sequence IS NULL AND commit_id",
+        ids,
+        "",
+    )
+}
+
+/// Which of the commits `ids` are still without a number (by primary key).
+pub(crate) async fn still_unnumbered(
+    conn: &mut crate::db::conn::connection::Conn,
+    ids: &[u64],
+) -> Result<Vec<u64>, crate::error::Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<Id> = crate::db::conn::tx::load(conn, still_unnumbered_sql(ids)).await?;
+    Ok(rows.into_iter().map(|r| r.commit_id).collect())
+}
+
+#[derive(Debug, diesel::QueryableByName)]
+struct Alive {
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    alive: bool,
+}
+
+/// Whether an instance holds the change stream's lease now: one is assigning.
+pub(crate) async fn assigner_alive(
+    conn: &mut crate::db::conn::connection::Conn,
+) -> Result<bool, crate::error::Error> {
+    let sql = crate::db::conn::sql::Sql::new(
+        "SELECT lease_until > UTC_TIMESTAMP(6) AS alive FROM ledger_stream WHERE id = 1",
+    );
+    let rows: Vec<Alive> = crate::db::conn::tx::load(conn, sql).await?;
+    Ok(rows.first().is_some_and(|r| r.alive))
+}

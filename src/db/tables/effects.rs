@@ -23,6 +23,8 @@ enum Source {
     PlacedHold = 2,
     ResolvedHold = 3,
     Account = 4,
+    /// An entry of a reversal, whose kinds other calls write too.
+    ReversalEntry = 5,
 }
 
 #[derive(Debug, QueryableByName)]
@@ -41,6 +43,8 @@ struct Row {
 pub(crate) struct FirstUse {
     /// What it was, when the row tells.
     pub(crate) effect: Option<Effect>,
+    /// It is a reversal's entry.
+    pub(crate) reversal: bool,
     pub(crate) at: chrono::DateTime<chrono::Utc>,
 }
 
@@ -50,9 +54,14 @@ impl FirstUse {
     /// the only one that leaves it, or else `asking`, if that one does (transfers
     /// and posts leave the same entries).
     pub(crate) fn expired(self, asking: Option<Method>) -> Error {
-        let method = self.effect.and_then(|effect| {
-            Method::leaving(effect).or_else(|| asking.filter(|m| m.effects().contains(&effect)))
-        });
+        let method = if self.reversal {
+            Some(Method::Reverse)
+        } else {
+            self.effect.and_then(|effect| {
+                Method::leaving_other_than(effect, Method::Reverse)
+                    .or_else(|| asking.filter(|m| m.effects().contains(&effect)))
+            })
+        };
         Error::KeyExpired {
             method,
             first_used_at: self.at,
@@ -62,8 +71,11 @@ impl FirstUse {
 
 impl Row {
     fn first_use(self) -> FirstUse {
-        let effect = match Source::from_repr(self.source) {
-            Some(Source::Entry) => EntryKind::from_code(self.detail).map(Effect::Entry),
+        let source = Source::from_repr(self.source);
+        let effect = match source {
+            Some(Source::Entry | Source::ReversalEntry) => {
+                EntryKind::from_code(self.detail).map(Effect::Entry)
+            }
             Some(Source::PlacedHold) => Some(Effect::PlacedHold),
             Some(Source::ResolvedHold) => {
                 HoldState::from_code(self.detail).map(Effect::ResolvedHold)
@@ -73,6 +85,7 @@ impl Row {
         };
         FirstUse {
             effect,
+            reversal: source == Some(Source::ReversalEntry),
             at: self.at.and_utc(),
         }
     }
@@ -115,7 +128,8 @@ pub(crate) async fn first_use(
 ) -> Result<Option<FirstUse>, Failure> {
     let sql = Sql::new(format!(
         "SELECT source, detail, at FROM ( \
-           SELECT {entry} AS source, kind AS detail, created_at AS at FROM entries \
+           SELECT IF(reverses_entry_id IS NULL, {entry}, {reversal}) AS source, kind AS detail, \
+             created_at AS at FROM entries \
              WHERE namespace = ? AND idempotency_key = ? \
            UNION ALL SELECT {placed}, 0, created_at FROM holds \
              WHERE namespace = ? AND idempotency_key = ? \
@@ -128,6 +142,7 @@ pub(crate) async fn first_use(
         placed = Source::PlacedHold as u8,
         resolved = Source::ResolvedHold as u8,
         account = Source::Account as u8,
+        reversal = Source::ReversalEntry as u8,
     ));
     let namespace = key.namespace.as_str().as_bytes();
     let name = key.key.as_str().as_bytes();

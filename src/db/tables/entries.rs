@@ -16,11 +16,13 @@ use crate::db::conn::connection::Conn;
 use crate::db::conn::failure::{Failure, Step};
 use crate::db::conn::sql::{Bind, OrNull, Sql, datetime, hex, push_hex, push_text};
 use crate::db::conn::tx::Tx;
+use crate::db::tables::limits::ENTRY_LIMITS_JOIN;
+use crate::db::tables::metadata::{self, Filter};
 use crate::error::Error;
 use crate::ledger::book::{EntryRow, NewEntry};
 use crate::ledger::{
     AccountId, Amount, Currency, Description, Entry, EntryId, EntryKind, HoldId, IdempotencyKey,
-    ScopedKey,
+    Limits, Metadata, Namespace, ScopedKey,
 };
 
 /// An entry or a hold, and its account.
@@ -35,13 +37,41 @@ pub(crate) struct Located {
 /// The named entries that exist, with their accounts (a plain read: an entry's
 /// account never changes).
 pub(crate) async fn locate(tx: &mut Tx<'_>, ids: &[EntryId]) -> Result<Vec<Located>, Failure> {
+    tx.load(Step::Locate, locate_sql(ids)).await
+}
+
+/// The entries written under `keys` (operations a call names by key), each
+/// with its account: a plain read on a read connection, by `entries_key`.
+pub(crate) async fn locate_keys_read(
+    conn: &mut Conn,
+    keys: &[&ScopedKey],
+) -> Result<Vec<Located>, Error> {
+    let keys = crate::db::conn::sql::padded(keys);
+    let pairs = vec!["(?, ?)"; keys.len()].join(", ");
+    let mut sql = Sql::new(format!(
+        "SELECT entry_id AS id, account_id FROM entries FORCE INDEX (entries_key) \
+         WHERE (namespace, idempotency_key) IN ({pairs})"
+    ));
+    for key in &keys {
+        sql = sql
+            .bind(Bind::Bytes(key.namespace.as_str().as_bytes()))
+            .bind(Bind::Bytes(key.key.as_str().as_bytes()));
+    }
+    crate::db::conn::tx::load(conn, sql).await
+}
+
+/// [`locate`] on a read connection.
+pub(crate) async fn locate_read(conn: &mut Conn, ids: &[EntryId]) -> Result<Vec<Located>, Error> {
+    crate::db::conn::tx::load(conn, locate_sql(ids)).await
+}
+
+fn locate_sql(ids: &[EntryId]) -> Sql<'static> {
     let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
-    let sql = Sql::with_ids(
+    Sql::with_ids(
         "SELECT entry_id AS id, account_id FROM entries WHERE entry_id",
         &ids,
         "",
-    );
-    tx.load(Step::Locate, sql).await
+    )
 }
 
 #[derive(Debug, QueryableByName)]
@@ -58,12 +88,15 @@ struct LockedRow {
     currency: String,
     #[diesel(sql_type = BigInt)]
     refunded: i64,
+    #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
+    reverses_entry_id: Option<u64>,
 }
 
 /// The statement of [`lock`].
 pub(crate) fn lock_sql(ids: &[u64]) -> Sql<'static> {
     Sql::with_ids(
-        "SELECT entry_id, account_id, kind, amount, currency, refunded FROM entries \
+        "SELECT entry_id, account_id, kind, amount, currency, refunded, reverses_entry_id \
+         FROM entries \
          WHERE entry_id",
         ids,
         " ORDER BY entry_id FOR UPDATE",
@@ -87,6 +120,11 @@ pub(crate) async fn lock(tx: &mut Tx<'_>, ids: &[EntryId]) -> Result<Vec<EntryRo
             currency: Currency::parse("currency", &row.currency)
                 .map_err(|v| Error::internal_row(&v))?,
             refunded: row.refunded,
+            reverses: row
+                .reverses_entry_id
+                .map(|id| EntryId::parse("reverses_entry_id", id))
+                .transpose()
+                .map_err(|v| Error::internal_row(&v))?,
         })
     };
     Ok(rows.into_iter().map(parse).collect::<Result<_, _>>()?)
@@ -114,6 +152,8 @@ struct FullRow {
     #[diesel(sql_type = BigInt)]
     balance_after: i64,
     #[diesel(sql_type = Varbinary)]
+    namespace: Vec<u8>,
+    #[diesel(sql_type = Varbinary)]
     idempotency_key: Vec<u8>,
     #[diesel(sql_type = Text)]
     description: String,
@@ -128,31 +168,62 @@ struct FullRow {
     #[diesel(sql_type = Unsigned<SmallInt>)]
     post_leg: u16,
     #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
+    reverses_entry_id: Option<u64>,
+    #[diesel(sql_type = Nullable<Unsigned<BigInt>>)]
     sequence: Option<u64>,
+    /// A LIMITS entry's limits (`limits::ENTRY_LIMITS_JOIN`).
+    #[diesel(sql_type = Nullable<BigInt>)]
+    limit_min: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    limit_max: Option<i64>,
 }
 
-/// The columns of [`FullRow`], of `entries e` and its commit `c`.
+/// The columns of [`FullRow`], of `entries e`, its commit `c` and its limits `l`
+/// ([`ENTRY_LIMITS_JOIN`]).
 const FULL_COLUMNS: &str = "e.entry_id, e.account_id, e.account_seq, e.kind, e.amount, \
-    e.currency, e.balance_after, e.idempotency_key, e.description, e.created_at, \
-    e.counterparty_account_id, e.refunded_entry_id, e.hold_id, e.post_leg, \
-    c.first_sequence + e.commit_pos AS sequence";
+    e.currency, e.balance_after, e.namespace, e.idempotency_key, e.description, e.created_at, \
+    e.counterparty_account_id, e.refunded_entry_id, e.hold_id, e.post_leg, e.reverses_entry_id, \
+    c.first_sequence + e.commit_pos AS sequence, l.min_balance AS limit_min, \
+    l.max_balance AS limit_max";
 
 /// Entries with their commits, numbered or not.
 const WITH_COMMITS: &str = "entries e LEFT JOIN stream_commits c ON c.commit_id = e.commit_id";
 
 impl FullRow {
+    /// A LIMITS entry's limits; nothing for the others.
+    fn limits(&self) -> Result<Option<Limits>, Error> {
+        if self.kind != EntryKind::Limits.code() {
+            return Ok(None);
+        }
+        Limits::new(self.limit_min, self.limit_max)
+            .map(Some)
+            .ok_or_else(|| {
+                Error::internal(format!(
+                    "entry {} sets a floor above its ceiling",
+                    self.entry_id
+                ))
+            })
+    }
+
     fn into_entry(self) -> Result<(u64, Entry), Error> {
+        let limits = self.limits()?;
         let bad = |v: crate::ledger::FieldViolation| Error::internal_row(&v);
         let key = String::from_utf8(self.idempotency_key)
             .map_err(|_| Error::internal("a stored idempotency key is not UTF-8"))?;
+        let client = String::from_utf8(self.namespace)
+            .ok()
+            .and_then(|id| Namespace::client(&id))
+            .ok_or_else(|| Error::internal("a stored namespace is not a client's"))?;
         let entry = Entry {
             id: EntryId::parse("entry_id", self.entry_id).map_err(bad)?,
             account_id: AccountId::parse("account_id", self.account_id).map_err(bad)?,
             kind: kind(self.kind)?,
-            amount: Amount::parse("amount", self.amount).map_err(bad)?,
+            amount: self.amount,
             currency: Currency::parse("currency", &self.currency).map_err(bad)?,
             balance_after: self.balance_after,
             idempotency_key: IdempotencyKey::parse("idempotency_key", key).map_err(bad)?,
+            client,
+            metadata: Metadata::NONE,
             description: Description::parse("description", self.description).map_err(bad)?,
             created_at: self.created_at.and_utc(),
             counterparty: self
@@ -171,6 +242,12 @@ impl FullRow {
                 .transpose()
                 .map_err(bad)?,
             leg: self.post_leg,
+            limits,
+            reverses: self
+                .reverses_entry_id
+                .map(|id| EntryId::parse("reverses_entry_id", id))
+                .transpose()
+                .map_err(bad)?,
             sequence: self.sequence,
         };
         Ok((self.account_seq, entry))
@@ -180,14 +257,77 @@ impl FullRow {
 /// Reads one entry outside any transaction.
 pub(crate) async fn find(conn: &mut Conn, id: EntryId) -> Result<Option<Entry>, Error> {
     let sql = Sql::new(format!(
-        "SELECT {FULL_COLUMNS} FROM {WITH_COMMITS} WHERE e.entry_id = ?"
+        "SELECT {FULL_COLUMNS} FROM {WITH_COMMITS} {ENTRY_LIMITS_JOIN} WHERE e.entry_id = ?"
     ))
     .bind(Bind::U64(id.get()));
-    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
-    rows.into_iter()
+    Ok(load(conn, sql)
+        .await?
+        .into_iter()
         .next()
+        .map(|(_, entry)| entry))
+}
+
+/// The entries `sql` reads (its columns [`FULL_COLUMNS`]), each with its place in
+/// its account's journal, in the order read, with the metadata of their calls
+/// (one more read, by key).
+async fn load(conn: &mut Conn, sql: Sql<'_>) -> Result<Vec<(u64, Entry)>, Error> {
+    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
+    let mut entries: Vec<(u64, Entry)> = rows
+        .into_iter()
+        .map(FullRow::into_entry)
+        .collect::<Result<_, _>>()?;
+    let keys = metadata::distinct_keys(
+        entries
+            .iter()
+            .map(|(_, e)| (e.client.as_str(), e.idempotency_key.as_str())),
+    );
+    let found = metadata::of_keys(conn, &keys).await?;
+    if !found.is_empty() {
+        for (_, entry) in &mut entries {
+            let key = (
+                entry.client.as_str().as_bytes().to_vec(),
+                entry.idempotency_key.as_str().as_bytes().to_vec(),
+            );
+            if let Some(pairs) = found.get(&key) {
+                entry.metadata = pairs.clone();
+            }
+        }
+    }
+    Ok(entries)
+}
+
+/// The statement of [`of_keys`]: on `entries_key`, each key's entries in the
+/// order its call wrote them.
+pub(crate) fn of_keys_sql<'a>(keys: &[&'a ScopedKey]) -> Sql<'a> {
+    let keys = crate::db::conn::sql::padded(keys);
+    let pairs = vec!["(?, ?)"; keys.len()].join(", ");
+    let mut sql = Sql::new(format!(
+        "SELECT {FULL_COLUMNS} FROM entries e FORCE INDEX (entries_key) \
+         LEFT JOIN stream_commits c ON c.commit_id = e.commit_id {ENTRY_LIMITS_JOIN} \
+         WHERE (e.namespace, e.idempotency_key) IN ({pairs}) \
+         ORDER BY e.namespace, e.idempotency_key, e.leg"
+    ));
+    for key in &keys {
+        sql = sql
+            .bind(Bind::Bytes(key.namespace.as_str().as_bytes()))
+            .bind(Bind::Bytes(key.key.as_str().as_bytes()));
+    }
+    sql
+}
+
+/// The entries written under `keys` (the operations a call names by key), in
+/// the order written, without their metadata: a plain read, in `step`.
+pub(crate) async fn of_keys(
+    tx: &mut Tx<'_>,
+    step: Step,
+    keys: &[&ScopedKey],
+) -> Result<Vec<Entry>, Failure> {
+    let rows: Vec<FullRow> = tx.load(step, of_keys_sql(keys)).await?;
+    let entries = rows
+        .into_iter()
         .map(|row| row.into_entry().map(|(_, entry)| entry))
-        .transpose()
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(entries)
 }
 
 /// Up to `limit` entries of an account after its entry numbered `after`, in the
@@ -199,14 +339,13 @@ pub(crate) async fn page(
     limit: u32,
 ) -> Result<Vec<(u64, Entry)>, Error> {
     let sql = Sql::new(format!(
-        "SELECT {FULL_COLUMNS} FROM {WITH_COMMITS} WHERE e.account_id = ? \
+        "SELECT {FULL_COLUMNS} FROM {WITH_COMMITS} {ENTRY_LIMITS_JOIN} WHERE e.account_id = ? \
          AND e.account_seq > ? ORDER BY e.account_seq LIMIT ?"
     ))
     .bind(Bind::U64(account.get()))
     .bind(Bind::U64(after))
     .bind(Bind::U64(u64::from(limit)));
-    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
-    rows.into_iter().map(FullRow::into_entry).collect()
+    load(conn, sql).await
 }
 
 /// Up to `limit` numbered entries, every account's, with a sequence in
@@ -218,11 +357,9 @@ pub(crate) async fn numbered(
     limit: u32,
 ) -> Result<Vec<Entry>, Error> {
     let sql = numbered_sql(after, through, limit);
-    let mut rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
-    rows.sort_unstable_by_key(|row| row.sequence);
-    rows.into_iter()
-        .map(|row| row.into_entry().map(|(_, entry)| entry))
-        .collect()
+    let mut entries: Vec<Entry> = load(conn, sql).await?.into_iter().map(|(_, e)| e).collect();
+    entries.sort_unstable_by_key(|e| e.sequence);
+    Ok(entries)
 }
 
 /// The statement of [`numbered`]: the commits whose numbers meet the range
@@ -235,7 +372,7 @@ pub(crate) fn numbered_sql(after: u64, through: u64, limit: u32) -> Sql<'static>
     let last = through.min(after.saturating_add(u64::from(limit)));
     Sql::new(format!(
         "SELECT {FULL_COLUMNS} FROM stream_commits c STRAIGHT_JOIN entries e \
-         ON e.commit_id = c.commit_id \
+         ON e.commit_id = c.commit_id {ENTRY_LIMITS_JOIN} \
          WHERE c.first_sequence >= (SELECT COALESCE(MAX(first_sequence), 0) \
            FROM stream_commits WHERE first_sequence <= ?) \
          AND c.first_sequence <= ? \
@@ -245,6 +382,57 @@ pub(crate) fn numbered_sql(after: u64, through: u64, limit: u32) -> Sql<'static>
     .bind(Bind::U64(last))
     .bind(Bind::U64(after))
     .bind(Bind::U64(last))
+}
+
+/// The statement of [`search`]: the entries of the calls `filter` finds, from
+/// its driving pair's rows (a range of `metadata_pairs`) to their calls' entries
+/// (`entries_key`) and their commits, numbered after `after` and up to
+/// `through`, of `account` if one is given, in sequence order. Every match of
+/// the driving pair is read and sorted: a search costs what its most selective
+/// pair matches, whatever the ledger's size.
+pub(crate) fn search_sql(
+    filter: &Filter,
+    account: Option<AccountId>,
+    after: u64,
+    through: u64,
+    limit: u32,
+) -> Sql<'_> {
+    let account = account.map_or_else(
+        || Sql::new(""),
+        |a| Sql::new(" AND e.account_id = ?").bind(Bind::U64(a.get())),
+    );
+    Sql::new(format!(
+        "SELECT {FULL_COLUMNS} FROM metadata_pairs m FORCE INDEX (PRIMARY) \
+         STRAIGHT_JOIN entries e FORCE INDEX (entries_key) \
+           ON e.namespace = m.namespace AND e.idempotency_key = m.idempotency_key \
+         STRAIGHT_JOIN stream_commits c ON c.commit_id = e.commit_id {ENTRY_LIMITS_JOIN} \
+         WHERE "
+    ))
+    .append(filter.condition("m"))
+    .append(account)
+    .append(
+        Sql::new(
+            " AND c.first_sequence + e.commit_pos > ? \
+             AND c.first_sequence + e.commit_pos <= ? ORDER BY sequence LIMIT ?",
+        )
+        .bind(Bind::U64(after))
+        .bind(Bind::U64(through))
+        .bind(Bind::U64(u64::from(limit))),
+    )
+}
+
+/// Up to `limit` numbered entries the search `filter` finds (see
+/// [`search_sql`]), in sequence order.
+pub(crate) async fn search(
+    conn: &mut Conn,
+    filter: &Filter,
+    account: Option<AccountId>,
+    after: u64,
+    through: u64,
+    limit: u32,
+) -> Result<Vec<Entry>, Error> {
+    let sql = search_sql(filter, account, after, through, limit);
+    Ok(load(conn, sql).await?.into_iter().map(|(_, e)| e).collect())
 }
 
 /// Where a page of one account's numbered entries starts.
@@ -267,8 +455,7 @@ pub(crate) async fn numbered_of(
     limit: u32,
 ) -> Result<Vec<(u64, Entry)>, Error> {
     let sql = numbered_of_sql(account, after, through, limit);
-    let rows: Vec<FullRow> = crate::db::conn::tx::load(conn, sql).await?;
-    rows.into_iter().map(FullRow::into_entry).collect()
+    load(conn, sql).await
 }
 
 /// The statement of [`numbered_of`], on the journal's index
@@ -296,7 +483,7 @@ pub(crate) fn numbered_of_sql(
     };
     Sql::new(format!(
         "SELECT {FULL_COLUMNS} FROM entries e FORCE INDEX (entries_account_seq) \
-         STRAIGHT_JOIN stream_commits c ON c.commit_id = e.commit_id \
+         STRAIGHT_JOIN stream_commits c ON c.commit_id = e.commit_id {ENTRY_LIMITS_JOIN} \
          WHERE e.account_id = ? AND e.account_seq > "
     ))
     .bind(Bind::U64(account.get()))
@@ -333,7 +520,7 @@ pub(crate) async fn highest_sequence(conn: &mut Conn) -> Result<u64, Error> {
 
 const INSERT_COLUMNS: &str = "entry_id, account_id, account_seq, leg, post_leg, kind, amount, \
     currency, balance_after, namespace, idempotency_key, description, created_at, \
-    counterparty_account_id, refunded_entry_id, hold_id, commit_id, commit_pos";
+    counterparty_account_id, refunded_entry_id, hold_id, commit_id, commit_pos, reverses_entry_id";
 
 /// The column values of one transaction's new entries, one `(...)` row each, in
 /// the order it applied them (their places in its commit, `commits`); `key_of`
@@ -377,17 +564,18 @@ pub(crate) fn values<'k>(
             leg = n.leg,
             post_leg = e.leg,
             kind = e.kind.code(),
-            amount = e.amount.get(),
+            amount = e.amount,
         );
         push_text(&mut row, e.currency.as_str(), "ascii");
         let _ = write!(row, ", {}, {key}, ", e.balance_after);
         push_text(&mut row, e.description.as_str(), "utf8mb4");
         let _ = write!(
             row,
-            ", {created}, {counterparty}, {refunded}, {hold}, {commit}, {pos}",
+            ", {created}, {counterparty}, {refunded}, {hold}, {commit}, {pos}, {reverses}",
             counterparty = OrNull(e.counterparty.map(AccountId::get)),
             refunded = OrNull(e.refunded_entry.map(EntryId::get)),
             hold = OrNull(e.hold.map(HoldId::get)),
+            reverses = OrNull(e.reverses.map(EntryId::get)),
         );
         rows.push(row);
     }
@@ -417,7 +605,7 @@ mod tests {
     use super::*;
     use crate::ledger::Namespace;
     use crate::ledger::model::Entry;
-    use crate::ops::testing::{amount, description, id, key, now, usd};
+    use crate::ops::testing::{description, id, key, now, usd};
 
     fn entry(n: u64, call: usize, leg: u16, counterparty: Option<u64>) -> NewEntry {
         NewEntry {
@@ -425,16 +613,20 @@ mod tests {
                 id: EntryId::parse("e", n).unwrap(),
                 account_id: id(n % 3 + 1),
                 kind: EntryKind::TransferOut,
-                amount: amount(7),
+                amount: 7,
                 currency: usd(),
                 balance_after: 93,
                 idempotency_key: key("k"),
+                client: Namespace::anonymous(),
+                metadata: Metadata::NONE,
                 description: Description::parse("d", "caf\u{e9}".into()).unwrap(),
                 created_at: now() + chrono::Duration::microseconds(i64::try_from(call).unwrap()),
                 counterparty: counterparty.map(id),
                 refunded_entry: None,
                 hold: None,
                 leg: leg / 2,
+                limits: None,
+                reverses: None,
                 sequence: None,
             },
             seq: 40 + n,
@@ -464,13 +656,13 @@ mod tests {
             [
                 "10, 2, 50, 0, 0, 3, 7, 'USD', 93, x'', x'61', \
                  _utf8mb4 x'636166c3a9', '2026-11-30 12:00:00.000000', 2, NULL, \
-                 NULL, 10, 0",
+                 NULL, 10, 0, NULL",
                 "11, 3, 51, 1, 0, 3, 7, 'USD', 93, x'', x'61', \
                  _utf8mb4 x'636166c3a9', '2026-11-30 12:00:00.000000', 1, NULL, \
-                 NULL, 10, 1",
+                 NULL, 10, 1, NULL",
                 "12, 1, 52, 0, 0, 3, 7, 'USD', 93, x'', x'62', \
                  '', '2026-11-30 12:00:00.000001', NULL, NULL, NULL, \
-                 10, 2",
+                 10, 2, NULL",
             ]
         );
         assert!(values(&new, |call| keys.get(call).filter(|_| call == 0)).is_err());

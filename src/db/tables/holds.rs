@@ -18,19 +18,28 @@ use crate::db::conn::sql::{Bind, Sql, datetime, hex, text};
 use crate::db::conn::tx::Tx;
 use crate::error::Error;
 use crate::ledger::{
-    AccountId, Amount, Currency, Description, Hold, HoldId, HoldState, IdempotencyKey, ScopedKey,
+    AccountId, Amount, Currency, Description, Hold, HoldId, HoldState, IdempotencyKey, Metadata,
+    Namespace, ScopedKey,
 };
 
 /// The named holds that exist, with their accounts (a plain read: a hold's
 /// account never changes).
 pub(crate) async fn locate(tx: &mut Tx<'_>, ids: &[HoldId]) -> Result<Vec<Located>, Failure> {
+    tx.load(Step::Locate, locate_sql(ids)).await
+}
+
+/// [`locate`] on a read connection.
+pub(crate) async fn locate_read(conn: &mut Conn, ids: &[HoldId]) -> Result<Vec<Located>, Error> {
+    crate::db::conn::tx::load(conn, locate_sql(ids)).await
+}
+
+fn locate_sql(ids: &[HoldId]) -> Sql<'static> {
     let ids: Vec<u64> = ids.iter().map(|id| id.get()).collect();
-    let sql = Sql::with_ids(
+    Sql::with_ids(
         "SELECT hold_id AS id, account_id FROM holds WHERE hold_id",
         &ids,
         "",
-    );
-    tx.load(Step::Locate, sql).await
+    )
 }
 
 #[derive(Debug, QueryableByName)]
@@ -50,6 +59,8 @@ struct Row {
     #[diesel(sql_type = Text)]
     description: String,
     #[diesel(sql_type = Varbinary)]
+    namespace: Vec<u8>,
+    #[diesel(sql_type = Varbinary)]
     idempotency_key: Vec<u8>,
     #[diesel(sql_type = Datetime)]
     created_at: NaiveDateTime,
@@ -61,16 +72,20 @@ struct Row {
 }
 
 const COLUMNS: &str = "hold_id, account_id, amount, currency, state, captured_amount, \
-    description, idempotency_key, created_at, expires_at";
+    description, namespace, idempotency_key, created_at, expires_at";
 /// The columns of [`Row`] when locking, without the clock.
 const LOCK_COLUMNS: &str = "hold_id, account_id, amount, currency, state, captured_amount, \
-    description, idempotency_key, created_at, expires_at, NULL AS now";
+    description, namespace, idempotency_key, created_at, expires_at, NULL AS now";
 
 impl Row {
     fn into_hold(self) -> Result<Hold, Error> {
         let bad = |v: crate::ledger::FieldViolation| Error::internal_row(&v);
         let key = String::from_utf8(self.idempotency_key)
             .map_err(|_| Error::internal("a stored idempotency key is not UTF-8"))?;
+        let client = String::from_utf8(self.namespace)
+            .ok()
+            .and_then(|id| Namespace::client(&id))
+            .ok_or_else(|| Error::internal("a stored namespace is not a client's"))?;
         Ok(Hold {
             id: HoldId::parse("hold_id", self.hold_id).map_err(bad)?,
             account_id: AccountId::parse("account_id", self.account_id).map_err(bad)?,
@@ -81,6 +96,8 @@ impl Row {
             captured_amount: self.captured_amount,
             description: Description::parse("description", self.description).map_err(bad)?,
             idempotency_key: IdempotencyKey::parse("idempotency_key", key).map_err(bad)?,
+            client,
+            metadata: Metadata::NONE,
             created_at: self.created_at.and_utc(),
             expires_at: self.expires_at.and_utc(),
         })
@@ -149,6 +166,82 @@ pub(crate) async fn find(
                 .now
                 .ok_or_else(|| Error::internal("a hold read without the clock"))?;
             Ok((row.into_hold()?, now.and_utc()))
+        })
+        .transpose()
+}
+
+/// Where a page of an account's open holds starts: after the hold placed at
+/// `created_micros` (microseconds since the epoch) with id `hold_id`; zeros for
+/// the first page.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenAfter {
+    pub created_micros: u64,
+    pub hold_id: u64,
+}
+
+/// The statement of [`open_page`]: the account's holds in state HELD that have not
+/// expired by the database's clock, by `created_at` then `hold_id`, after the
+/// cursor. It reaches them through `holds_by_account` (account, state, expiry), so
+/// it reads only the account's open holds, and sorts those. The cursor's instant is
+/// made from its microseconds with date arithmetic, which no session time zone
+/// changes, and the text is one for every page.
+pub(crate) fn open_page_sql(account: AccountId, after: OpenAfter, limit: u32) -> Sql<'static> {
+    Sql::new(format!(
+        "SELECT {COLUMNS}, UTC_TIMESTAMP(6) AS now FROM holds WHERE account_id = ? \
+         AND state = {held} AND expires_at > UTC_TIMESTAMP(6) \
+         AND (created_at, hold_id) > (TIMESTAMPADD(MICROSECOND, ?, '1970-01-01'), ?) \
+         ORDER BY created_at, hold_id LIMIT ?",
+        held = HoldState::Held.code()
+    ))
+    .bind(Bind::U64(account.get()))
+    .bind(Bind::U64(after.created_micros))
+    .bind(Bind::U64(after.hold_id))
+    .bind(Bind::U64(u64::from(limit)))
+}
+
+/// Up to `limit` of the account's open holds after `after`, oldest first.
+///
+/// Placements on an account are serialized by its row lock and stamped with the
+/// database's clock read once that lock is granted (a batch's with one instant,
+/// in id order), so a hold placed while a client pages sorts after every hold it
+/// has been shown, and none is skipped or repeated, as long as the database's
+/// clock does not step back.
+pub(crate) async fn open_page(
+    conn: &mut Conn,
+    account: AccountId,
+    after: OpenAfter,
+    limit: u32,
+) -> Result<Vec<Hold>, Error> {
+    let rows: Vec<Row> =
+        crate::db::conn::tx::load(conn, open_page_sql(account, after, limit)).await?;
+    parse(rows)
+}
+
+/// The statement of [`capture_of`]: the hold's capture entry, found through the
+/// key the hold keeps of the call that resolved it (`holds_resolved_key`), which
+/// is its capture entry's (`entries_key`); both by index.
+pub(crate) fn capture_of_sql(hold: HoldId) -> Sql<'static> {
+    Sql::new(format!(
+        "SELECT e.entry_id AS id, e.account_id FROM holds h JOIN entries e \
+         ON e.namespace = h.resolved_namespace AND e.idempotency_key = h.resolved_key \
+         WHERE h.hold_id = ? AND h.state = {captured} AND e.hold_id = h.hold_id \
+         AND e.kind = {capture}",
+        captured = HoldState::Captured.code(),
+        capture = crate::ledger::EntryKind::Capture.code(),
+    ))
+    .bind(Bind::U64(hold.get()))
+}
+
+/// The entry that captured the hold; `None` unless it was captured.
+pub(crate) async fn capture_of(
+    conn: &mut Conn,
+    hold: HoldId,
+) -> Result<Option<crate::ledger::EntryId>, Error> {
+    let rows: Vec<Located> = crate::db::conn::tx::load(conn, capture_of_sql(hold)).await?;
+    rows.into_iter()
+        .next()
+        .map(|row| {
+            crate::ledger::EntryId::parse("entry_id", row.id).map_err(|v| Error::internal_row(&v))
         })
         .transpose()
 }

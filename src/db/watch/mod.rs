@@ -25,7 +25,7 @@ pub use tail::WatchStats;
 pub(crate) use tail::{BATCH_LIMIT, Tail};
 use tail::{Batch, Membership};
 
-use super::Persistence;
+use super::{Persistence, Reads};
 use crate::call::Call;
 use crate::db::tables::entries::After;
 use crate::db::tables::{accounts, entries};
@@ -41,7 +41,7 @@ const BUFFER: usize = 64;
 /// A watcher's entries, in sequence order; an error ends them.
 pub type Entries = mpsc::Receiver<Result<Entry, Error>>;
 
-impl Persistence {
+impl Reads {
     /// Streams the numbered entries after `after` (only `account`'s, when given),
     /// until the receiver is dropped or the instance shuts down. An unknown
     /// account is `AccountNotFound`.
@@ -50,17 +50,17 @@ impl Persistence {
         account: Option<AccountId>,
         after: u64,
     ) -> Result<Entries, Error> {
-        let membership = self.inner.tail.join(self)?;
+        let membership = self.db.inner.tail.join(&self.db)?;
         if let Some(account) = account {
-            let mut conn = self.read_conn(&Call::unbounded()).await?;
+            let mut conn = self.db.read_conn(&Call::unbounded()).await?;
             if accounts::find(&mut conn, account).await?.is_none() {
                 return Err(Error::AccountNotFound(account.get()));
             }
         }
         let (out, entries) = mpsc::channel(BUFFER);
         let watcher = Watcher {
-            db: self.clone(),
-            tail: self.inner.tail.clone(),
+            db: self.db.clone(),
+            tail: self.db.inner.tail.clone(),
             account,
             cursor: after,
             place: None,
@@ -70,7 +70,9 @@ impl Persistence {
         tokio::spawn(watcher.run());
         Ok(entries)
     }
+}
 
+impl Persistence {
     /// What the change stream has done, and its watchers.
     pub fn watch_stats(&self) -> WatchStats {
         self.inner.tail.stats()
