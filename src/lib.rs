@@ -26,7 +26,11 @@
 //! - [`grpc`]: the tonic service: protobuf in, domain, protobuf out; the one error
 //!   mapping; bearer tokens, the key namespace per client, and the methods each
 //!   client may call (`grpc::auth`).
-//! - [`proto`]: the generated code, from the `ledger-proto` crate.
+//! - [`console`]: the web console: read-only pages for people, and a live
+//!   tail, from the same reads as the gRPC API (`grpc::Reader`), served beside
+//!   it by the same process.
+//! - [`proto`]: the generated code: the server trait this package's `build.rs`
+//!   generates, on the messages and client of the `ledger-proto` crate.
 //! - [`call`]: a call's deadline and cancellation, shared by the RPC handler and
 //!   the database task.
 //! - [`error`]: the one error type.
@@ -39,8 +43,10 @@
 //!
 //! - `src/main.rs` and `src/commands.rs`: the `ledger` binary, its command line
 //!   and its subcommands.
-//! - `crates/ledger-proto`: the wire contract (`proto/ledger/v1/ledger.proto`)
-//!   compiled to Rust once, with its codec; the service and clients share it.
+//! - `build.rs`: the `Ledger` server trait and the descriptor set reflection
+//!   serves, generated from `proto/` against `ledger-proto`'s messages.
+//! - `crates/ledger-proto`: the wire contract (`proto/ledger/v1/ledger.proto`) as
+//!   messages and a client, with its codec; the service and clients share it.
 //! - `crates/ledger-devtools`: not the service: `ledger bench`, the load
 //!   generator, and a private MySQL-compatible server for development and tests.
 //!   Only the binary and the tests use it.
@@ -49,6 +55,7 @@ pub mod app;
 pub mod audit;
 pub mod call;
 pub mod config;
+pub mod console;
 pub mod db;
 pub mod error;
 pub mod grpc;

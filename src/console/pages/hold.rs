@@ -1,0 +1,67 @@
+//! `/holds/{hold_id}`: one hold (GetHold), in its state at the instant it is read
+//! (an expired hold shows EXPIRED at once), with its account, its key, and the
+//! entry that captured it.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
+
+use super::super::view::HoldView;
+use super::super::{Console, Nav, failure, html};
+use super::id;
+use crate::proto::pb;
+
+#[derive(askama::Template)]
+#[template(path = "hold.html")]
+struct HoldPage {
+    nav: Nav,
+    hold: HoldView,
+    /// The CAPTURE entry of a captured hold.
+    capture: Option<u64>,
+}
+
+pub(crate) async fn page(
+    State(console): State<Console>,
+    Path(raw): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let viewer = match console.viewer(&headers, &uri) {
+        Ok(viewer) => viewer,
+        Err(form) => return *form,
+    };
+    let reader = console.reader();
+    let answer = async {
+        let hold_id = id("hold_id", &raw)?;
+        reader
+            .serve(
+                &viewer.client,
+                &["GetHold"],
+                Console::call(),
+                |call| async move {
+                    let hold = reader
+                        .get_hold(pb::GetHoldRequest { hold_id }, &call)
+                        .await?;
+                    let capture = if hold.state() == pb::HoldState::Captured {
+                        reader.capture_of(hold_id, &call).await?
+                    } else {
+                        None
+                    };
+                    Ok((hold, capture))
+                },
+            )
+            .await
+    }
+    .await;
+    match answer {
+        Ok((hold, capture)) => html(
+            StatusCode::OK,
+            &HoldPage {
+                nav: viewer.nav,
+                hold: HoldView::from(&hold),
+                capture,
+            },
+        ),
+        Err(e) => failure::page(&e, viewer.nav),
+    }
+}

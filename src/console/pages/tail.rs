@@ -1,0 +1,167 @@
+//! `/tail` (`?account_id=` for one account): the change stream, live. The page
+//! is a table that its script fills from `/tail/events`, a stream of
+//! Server-Sent Events fed by a WatchEntries watcher (`db::watch`, counted under
+//! the watchers' limit), each event's `id` the entry's sequence. A browser that
+//! loses the stream (a dropped connection, a server restarted on the same port)
+//! reconnects with `Last-Event-ID`, and the stream resumes after that sequence:
+//! no entry missed, none twice. Without JavaScript, the page says so.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use askama::Template as _;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse as _, Response};
+use futures::Stream;
+
+use super::super::auth::query_value;
+use super::super::view::EntryView;
+use super::super::{Console, Nav, failure, html};
+use super::id;
+use crate::db::Entries;
+use crate::error::Error;
+use crate::proto::pb;
+
+/// How soon a browser reconnects after the stream breaks (the SSE `retry`).
+const RECONNECT: Duration = Duration::from_millis(500);
+
+#[derive(askama::Template)]
+#[template(path = "tail.html")]
+struct TailPage {
+    nav: Nav,
+    account: Option<u64>,
+    /// The sequence the page follows from: the highest assigned when it was
+    /// made.
+    after: u64,
+    /// The address of its events.
+    events: String,
+}
+
+/// One entry's row, as an event carries it.
+#[derive(askama::Template)]
+#[template(path = "tail_row.html")]
+struct TailRow {
+    entry: EntryView,
+}
+
+/// The account named by `?account_id=`, if any.
+fn account(uri: &Uri) -> Result<Option<u64>, Error> {
+    query_value(uri.query(), "account_id")
+        .filter(|raw| !raw.trim().is_empty())
+        .map(|raw| id("account_id", &raw))
+        .transpose()
+}
+
+/// The tail's watcher, as WatchEntries opens one (a grant of its own, the
+/// account checked, a place under the watchers' limit).
+async fn watch(
+    console: &Console,
+    viewer: &super::super::auth::Viewer,
+    account_id: u64,
+    after: u64,
+) -> Result<Entries, Error> {
+    if !viewer.client.may_call("WatchEntries") {
+        return Err(Error::PermissionDenied("WatchEntries"));
+    }
+    let request = pb::WatchEntriesRequest {
+        after_sequence: after,
+        account_id,
+    };
+    console.reader().watch_entries(&request).await
+}
+
+pub(crate) async fn page(State(console): State<Console>, uri: Uri, headers: HeaderMap) -> Response {
+    let viewer = match console.viewer(&headers, &uri) {
+        Ok(viewer) => viewer,
+        Err(form) => return *form,
+    };
+    let after = console.reader().assigned();
+    // Opened and dropped: the page answers as WatchEntries would (403, 404, 503)
+    // before the browser opens the stream.
+    let checked = match account(&uri) {
+        Ok(account) => watch(&console, &viewer, account.unwrap_or(0), after)
+            .await
+            .map(|_| account),
+        Err(e) => Err(e),
+    };
+    let account = match checked {
+        Ok(account) => account,
+        Err(e) => return failure::page(&e, viewer.nav),
+    };
+    let mut events = format!("/tail/events?after={after}");
+    if let Some(account) = account {
+        events = format!("{events}&account_id={account}");
+    }
+    let page = TailPage {
+        nav: viewer.nav,
+        account,
+        after,
+        events,
+    };
+    html(StatusCode::OK, &page)
+}
+
+/// `/tail/events?after=N[&account_id=A]`: the stream, after `Last-Event-ID` when
+/// the browser sends one (it resumes), else after `N`.
+pub(crate) async fn events(
+    State(console): State<Console>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let viewer = match console.viewer(&headers, &uri) {
+        Ok(viewer) => viewer,
+        Err(form) => return *form,
+    };
+    let resumed = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let opened = async {
+        let account = account(&uri)?;
+        let after = match resumed {
+            Some(after) => after,
+            None => query_value(uri.query(), "after")
+                .map(|raw| id("after", &raw))
+                .transpose()?
+                .unwrap_or_else(|| console.reader().assigned()),
+        };
+        watch(&console, &viewer, account.unwrap_or(0), after).await
+    }
+    .await;
+    match opened {
+        Ok(entries) => Sse::new(stream(entries))
+            .keep_alive(KeepAlive::default())
+            .into_response(),
+        Err(e) => failure::page(&e, viewer.nav),
+    }
+}
+
+/// The watcher's entries as events; the stream ends where the watcher does (at
+/// shutdown, the browser then reconnects elsewhere or later).
+fn stream(entries: Entries) -> impl Stream<Item = Result<Event, Infallible>> {
+    let first = Event::default().retry(RECONNECT).comment("following");
+    let rest = futures::stream::unfold(entries, |mut entries| async move {
+        match entries.recv().await? {
+            Ok(entry) => Some((Ok(event(&entry)), entries)),
+            Err(error) => {
+                tracing::info!(error = error.label(), "console tail ended");
+                None
+            }
+        }
+    });
+    futures::StreamExt::chain(futures::stream::once(async { Ok(first) }), rest)
+}
+
+fn event(entry: &crate::ledger::Entry) -> Event {
+    let message = crate::ops::entry_message(entry);
+    let row = TailRow {
+        entry: EntryView::from(&message),
+    };
+    let data = row.render().unwrap_or_default().replace('\n', "");
+    Event::default()
+        .event("entry")
+        .id(message.sequence.to_string())
+        .data(data)
+}
