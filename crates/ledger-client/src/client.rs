@@ -9,20 +9,22 @@ use bytes::Bytes;
 use ledger_proto::pb;
 use prost::Message as _;
 use tokio::time::Instant;
+use tonic::codec::Streaming;
+use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
-use tonic::{Code, Request, Status};
+use tonic::{Code, Request, Response, Status};
 
 use crate::error::{Decline, Error, replayed};
-use crate::retry::{Backoff, Verdict, verdict};
+use crate::retry::{Backoff, Verdict, no_response, verdict};
 use crate::rpc::{PreEncoded, Rpc, marker};
 
 /// A successful answer.
 #[derive(Debug, Clone)]
 pub struct Answer<T> {
     pub reply: T,
-    /// Whether it is the stored answer of an earlier attempt: a replay
-    /// (`idempotent-replayed: true`), or read back with `LookupKey`.
+    /// Whether it is the stored answer of an earlier attempt: the server
+    /// marked it a replay (`idempotent-replayed: true`).
     pub replayed: bool,
     /// The call's idempotency key, for a keyed call: the caller's, or the one
     /// made for it.
@@ -60,6 +62,10 @@ impl Default for Budget {
 /// unanswered before the connection counts as failed.
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a dead connection goes unnoticed: a ping's interval and its
+/// timeout. No stream waits longer than this for its response headers.
+pub(crate) const KEEP_ALIVE_BOUND: Duration =
+    Duration::from_secs(KEEP_ALIVE_INTERVAL.as_secs() + KEEP_ALIVE_TIMEOUT.as_secs());
 
 /// Builds a [`Client`].
 #[derive(Debug, Default)]
@@ -73,8 +79,9 @@ pub struct Builder {
 
 impl Builder {
     /// Adds an endpoint (`http://host:port`, or `https://` with TLS). With
-    /// several, a connection failure or `UNAVAILABLE` moves the next attempt to
-    /// the next one.
+    /// several, a failure of the endpoint (a failed connection, an attempt
+    /// that got no response, `UNAVAILABLE`, `TOO_MANY_CALLS`) moves the next
+    /// attempt to the next one.
     #[must_use]
     pub fn endpoint(mut self, uri: impl Into<String>) -> Self {
         self.endpoints.push(uri.into());
@@ -196,7 +203,7 @@ impl Builder {
 #[derive(Debug, Clone)]
 pub struct Client {
     channels: Arc<[Channel]>,
-    /// The endpoint the next attempt goes to; moved on by connection failures.
+    /// The endpoint the next attempt goes to; moved on by its failures.
     current: Arc<AtomicUsize>,
     token: Option<AsciiMetadataValue>,
     budget: Budget,
@@ -271,7 +278,17 @@ impl Client {
                 code: last.as_ref().map_or(Code::DeadlineExceeded, Status::code),
                 message: last.map(|s| s.message().to_owned()).unwrap_or_default(),
             }),
-            (Ended::Spent(_), Some(key)) => self.settle::<R>(key, deadline, attempts).await,
+            (Ended::Spent(_), Some(key)) => {
+                // Half the reserve is the look-up's, the rest the resend's.
+                let settling = Settling {
+                    key,
+                    bytes,
+                    lookup_until: deadline - reserve / 2,
+                    deadline,
+                    attempts,
+                };
+                self.settle::<R>(settling).await
+            }
         }
     }
 
@@ -361,77 +378,146 @@ impl Client {
         bytes: Bytes,
         timeout: Duration,
     ) -> Result<(U, MetadataMap), Status> {
-        let channel = self.channel(endpoint)?;
+        let started = Instant::now();
         let mut request = self.request(bytes);
         request.set_timeout(timeout);
-        let mut grpc = tonic::client::Grpc::new(channel);
+        let response = self.open::<U>(endpoint, path, request, timeout).await?;
+        let left = timeout.saturating_sub(started.elapsed());
+        // The server took the call and has begun to answer: a reply that is
+        // slow to complete is not the endpoint's failure.
+        tokio::time::timeout(left, reply(response))
+            .await
+            .unwrap_or_else(|_| Err(Status::deadline_exceeded("the reply did not complete")))
+    }
+
+    /// Sends `request` to `endpoint` and waits for the response headers (or a
+    /// status without a body). None within `timeout` is the endpoint's
+    /// failure ([`no_response`]), as a failed connection is: the one rule for
+    /// a call and for a stream. (tonic's channel also holds this wait to a
+    /// request's `grpc-timeout`, and its `CANCELLED` carries its cause, so it
+    /// is the same verdict.)
+    pub(crate) async fn open<U: prost::Message + Default + Send + 'static>(
+        &self,
+        endpoint: usize,
+        path: &'static str,
+        request: Request<Bytes>,
+        timeout: Duration,
+    ) -> Result<Response<Streaming<U>>, Status> {
+        let mut grpc = tonic::client::Grpc::new(self.channel(endpoint)?);
         let call = async {
             grpc.ready()
                 .await
                 .map_err(|e| Status::from_error(Box::new(e)))?;
-            grpc.unary(
+            // A unary call is a stream of one reply on the wire: opened like
+            // this, its headers are told apart from its reply.
+            grpc.server_streaming(
                 request,
-                tonic::codegen::http::uri::PathAndQuery::from_static(path),
+                PathAndQuery::from_static(path),
                 PreEncoded::<U>::default(),
             )
             .await
         };
-        match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(response)) => {
-                let (metadata, reply, _) = response.into_parts();
-                Ok((reply, metadata))
-            }
-            Ok(Err(status)) => Err(status),
-            Err(_) => Err(Status::deadline_exceeded("the attempt timed out")),
-        }
+        tokio::time::timeout(timeout, call)
+            .await
+            .unwrap_or_else(|_| Err(no_response(path, timeout)))
     }
 
-    /// The attempts left the outcome unknown: asks `LookupKey` within what is
-    /// left of the budget for the stored outcome.
-    async fn settle<R: Rpc>(
-        &self,
-        key: String,
-        deadline: Instant,
-        attempts: u32,
-    ) -> Result<Answer<R::Reply>, Error> {
+    /// The attempts left the outcome unknown: asks `LookupKey`, and with a
+    /// record of this method sends the original bytes once more.
+    ///
+    /// A `KeyRecord` has no fingerprint, so its stored reply may be another
+    /// request's under a reused key: returned as this call's success it would
+    /// report what did not happen. The resend cannot execute anything new for a
+    /// key that has a record: the server replays it if it is this request's and
+    /// refuses it as `IDEMPOTENCY_KEY_REUSED` if not, and that answer is
+    /// returned. A record of another method needs no resend: one key is one
+    /// operation across methods (SPEC 3.1). No record, no answer to the
+    /// look-up, or none final to the resend: unknown.
+    async fn settle<R: Rpc>(&self, settling: Settling) -> Result<Answer<R::Reply>, Error> {
         let lookup = pb::LookupKeyRequest {
-            idempotency_key: key.clone(),
+            idempotency_key: settling.key.clone(),
         };
-        let bytes = Bytes::from(lookup.encode_to_vec());
         let path = <marker::LookupKey as Rpc>::PATH;
-        let Ok((record, _, _)) = self.attempts::<pb::KeyRecord>(path, &bytes, deadline).await
+        let lookup = Bytes::from(lookup.encode_to_vec());
+        let Ok((record, _, _)) = self
+            .attempts::<pb::KeyRecord>(path, &lookup, settling.lookup_until)
+            .await
         else {
-            return Err(Error::Unknown { key });
+            return Err(Error::Unknown { key: settling.key });
         };
         if record.method != R::PATH {
-            return Err(Error::Declined(Box::new(Decline {
-                code: Code::FailedPrecondition,
-                reason: crate::Reason::IdempotencyKeyReused,
-                message: format!("the key was used for {}", record.method),
-                metadata: std::collections::BTreeMap::new(),
-                violations: Vec::new(),
-                replayed: true,
-                key: Some(key),
-            })));
+            return Err(Error::Declined(Box::new(Decline::used_for(
+                record.method,
+                settling.key,
+            ))));
         }
-        match record.outcome {
-            Some(pb::key_record::Outcome::Reply(bytes)) => match R::Reply::decode(bytes.as_slice())
-            {
-                Ok(reply) => Ok(Answer {
-                    reply,
-                    replayed: true,
-                    key: Some(key),
-                    attempts,
-                }),
-                Err(e) => Err(Error::Corrupt {
-                    key,
-                    message: e.to_string(),
-                }),
+        self.resend::<R>(settling).await
+    }
+
+    /// The one attempt settling makes, in what is left of the budget: its
+    /// final answer, or unknown.
+    async fn resend<R: Rpc>(&self, settling: Settling) -> Result<Answer<R::Reply>, Error> {
+        let Settling {
+            key,
+            bytes,
+            deadline,
+            attempts,
+            ..
+        } = settling;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(Error::Unknown { key });
+        }
+        let endpoint = self.current_endpoint();
+        let timeout = remaining.min(self.budget.attempt_timeout);
+        match self
+            .attempt::<R::Reply>(endpoint, R::PATH, bytes, timeout)
+            .await
+        {
+            Ok((reply, metadata)) => Ok(Answer {
+                reply,
+                replayed: replayed(&metadata),
+                key: Some(key),
+                attempts: attempts + 1,
+            }),
+            Err(status) => match verdict(&status) {
+                Verdict::Final => Err(Error::Declined(Box::new(Decline::from_status(
+                    &status,
+                    Some(key),
+                )))),
+                Verdict::Retry { failover } => {
+                    if failover {
+                        self.fail_over(endpoint);
+                    }
+                    Err(Error::Unknown { key })
+                }
             },
-            Some(pb::key_record::Outcome::Error(stored)) => Err(Error::Declined(Box::new(
-                Decline::from_stored(&stored, Some(key)),
-            ))),
-            None => Err(Error::Unknown { key }),
         }
     }
+}
+
+/// What settling a keyed call's unknown outcome works with.
+struct Settling {
+    key: String,
+    /// The request's bytes, as every attempt sent them.
+    bytes: Bytes,
+    /// The look-up's attempts end here; the resend has the rest.
+    lookup_until: Instant,
+    deadline: Instant,
+    /// Attempts made so far.
+    attempts: u32,
+}
+
+/// A unary call's reply off its opened response: its one message, then its
+/// trailers (a status that ends the call after its headers is there).
+async fn reply<U: prost::Message + Default + Send + 'static>(
+    response: Response<Streaming<U>>,
+) -> Result<(U, MetadataMap), Status> {
+    let (metadata, mut body, _) = response.into_parts();
+    let message = body
+        .message()
+        .await?
+        .ok_or_else(|| Status::internal("the response carried no message"))?;
+    body.trailers().await?;
+    Ok((message, metadata))
 }

@@ -18,9 +18,10 @@ pub enum Error {
     /// under the key (or the key is still free, for `INVALID_ARGUMENT`).
     #[error("{0}")]
     Declined(Box<Decline>),
-    /// The budget ended before an answer, and `LookupKey` could not tell what
-    /// happened: the operation may or may not have taken effect. Retrying with
-    /// this key (the same request) settles it, exactly once.
+    /// The budget ended before an answer, and settling it (`LookupKey`, then
+    /// the request once more where the key has a record) got no final answer:
+    /// the operation may or may not have taken effect. Retrying with this key
+    /// (the same request) settles it, exactly once.
     #[error("the outcome is unknown: retry with the idempotency key {key}")]
     Unknown {
         /// The call's idempotency key.
@@ -32,14 +33,6 @@ pub enum Error {
         /// The last attempt's code.
         code: Code,
         /// The last attempt's message.
-        message: String,
-    },
-    /// The key's stored reply is not a reply of the call's method.
-    #[error("the reply stored under {key} does not decode: {message}")]
-    Corrupt {
-        /// The call's idempotency key.
-        key: String,
-        /// The decoder's message.
         message: String,
     },
     /// The all-accounts change stream skipped a sequence: the server broke
@@ -70,6 +63,8 @@ pub enum Reason {
     TransactionConflict,
     DatabaseUnavailable,
     DeadlineExceeded,
+    TooManyCalls,
+    MessageTooLarge,
     InsufficientFunds,
     AccountNotFound,
     CurrencyMismatch,
@@ -126,6 +121,8 @@ reasons! {
     TransactionConflict = "TRANSACTION_CONFLICT",
     DatabaseUnavailable = "DATABASE_UNAVAILABLE",
     DeadlineExceeded = "DEADLINE_EXCEEDED",
+    TooManyCalls = "TOO_MANY_CALLS",
+    MessageTooLarge = "MESSAGE_TOO_LARGE",
     InsufficientFunds = "INSUFFICIENT_FUNDS",
     AccountNotFound = "ACCOUNT_NOT_FOUND",
     CurrencyMismatch = "CURRENCY_MISMATCH",
@@ -167,7 +164,7 @@ pub struct Decline {
     /// The `BadRequest` field violations of an `INVALID_ARGUMENT`.
     pub violations: Vec<Violation>,
     /// Whether this is the stored answer of an earlier attempt (a replay, or
-    /// read back with `LookupKey`).
+    /// a `KeyRecord`'s, [`Decline::from_stored`]).
     pub replayed: bool,
     /// The call's idempotency key, for a keyed call.
     pub key: Option<String>,
@@ -218,6 +215,21 @@ impl Decline {
         Self {
             replayed: true,
             ..Self::from_status(&status, key)
+        }
+    }
+
+    /// `IDEMPOTENCY_KEY_REUSED` for a key whose record is of another method:
+    /// one key is one operation across methods (SPEC 3.1), so the record alone
+    /// settles it. Made here, not stored: not `replayed`.
+    pub(crate) fn used_for(method: String, key: String) -> Self {
+        Self {
+            code: Code::FailedPrecondition,
+            reason: Reason::IdempotencyKeyReused,
+            message: format!("the key was used for {method}; use a new key for a new request"),
+            metadata: BTreeMap::from([("method".to_owned(), method)]),
+            violations: Vec::new(),
+            replayed: false,
+            key: Some(key),
         }
     }
 

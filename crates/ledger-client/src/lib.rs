@@ -5,16 +5,21 @@
 //! - One key per logical operation: the caller's, or a UUIDv7 made before the
 //!   first attempt ([`Answer::key`], [`Error::Unknown`] carry it).
 //! - Retries of `UNAVAILABLE`, `ABORTED`, `DEADLINE_EXCEEDED` (and `CANCELLED`)
-//!   of one attempt and of connection failures resend the identical request
+//!   of one attempt, `RESOURCE_EXHAUSTED` / `TOO_MANY_CALLS`, connection
+//!   failures and attempts that got no response resend the identical request
 //!   bytes, with jittered exponential backoff that honours the server's
 //!   `RetryInfo`, every attempt inside one overall [`Budget`]; a final code is
 //!   never retried.
 //! - When the budget ends with the outcome unknown, `LookupKey` (in a slice
-//!   reserved from the budget) returns the stored reply or decline, or the call
-//!   ends with [`Error::Unknown`]: retry with that key.
+//!   reserved from the budget) tells whether the key has a record; if it does,
+//!   the request is sent once more and its answer (a replay, or
+//!   `IDEMPOTENCY_KEY_REUSED` when the key was another request's) returned;
+//!   otherwise the call ends with [`Error::Unknown`]: retry with that key.
 //! - Every answer says whether it was a replay ([`Answer::replayed`],
 //!   [`Decline::replayed`]); declines are typed ([`Reason`], [`Decline`]).
-//! - Several endpoints fail over; TLS with a CA certificate; a bearer token.
+//! - Several endpoints fail over when the failure was the endpoint's (a failed
+//!   connection, no response, `UNAVAILABLE`, `TOO_MANY_CALLS`); TLS with a CA
+//!   certificate; a bearer token.
 //!
 //! ```no_run
 //! use ledger_client::{Client, Error, Reason, pb};

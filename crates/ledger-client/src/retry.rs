@@ -1,9 +1,12 @@
 //! Which failures a retry may fix, and how long to wait before it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::{Code, Status};
 use tonic_types::StatusExt as _;
+
+use crate::error::Reason;
 
 /// What one failed attempt means for the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,21 +17,54 @@ pub(crate) enum Verdict {
     Retry { failover: bool },
 }
 
-/// SPEC 3.6: `UNAVAILABLE`, `ABORTED`, `DEADLINE_EXCEEDED` and `CANCELLED` claim
-/// nothing and may be retried with the same key; so may any failure of the
-/// connection (a status made on this side, which carries its cause). A
-/// connection failure or `UNAVAILABLE` moves the next attempt to the next
-/// endpoint.
+/// SPEC 3.6: `UNAVAILABLE`, `ABORTED`, `DEADLINE_EXCEEDED`, `CANCELLED` and
+/// `RESOURCE_EXHAUSTED` / `TOO_MANY_CALLS` claim nothing and may be retried with
+/// the same key; so may any failure made on this side (a status that carries
+/// its cause): a failed connection, or an attempt that timed out before any
+/// response ([`no_response`], or tonic's `CANCELLED` at a `grpc-timeout`).
+///
+/// The next attempt goes to the next endpoint when the failure was the
+/// endpoint's: made on this side, `UNAVAILABLE`, `TOO_MANY_CALLS` (that
+/// instance is full, another may not be), or a `CANCELLED` the server sent: a
+/// gRPC server's own `grpc-timeout` answers that when its handler has not
+/// answered by the deadline (tonic's does, at the moment this side's own wait
+/// ends, so either may come first). A `DEADLINE_EXCEEDED` the server sent
+/// stays: the endpoint is alive and answering, the call was slow there.
 pub(crate) fn verdict(status: &Status) -> Verdict {
-    let transport = std::error::Error::source(status).is_some();
+    let made_here = std::error::Error::source(status).is_some();
     match status.code() {
-        Code::Unavailable => Verdict::Retry { failover: true },
-        _ if transport => Verdict::Retry { failover: true },
-        Code::Aborted | Code::DeadlineExceeded | Code::Cancelled => {
-            Verdict::Retry { failover: false }
-        }
+        Code::Unavailable | Code::Cancelled => Verdict::Retry { failover: true },
+        _ if made_here => Verdict::Retry { failover: true },
+        Code::ResourceExhausted if too_many_calls(status) => Verdict::Retry { failover: true },
+        Code::Aborted | Code::DeadlineExceeded => Verdict::Retry { failover: false },
         _ => Verdict::Final,
     }
+}
+
+/// Whether a `RESOURCE_EXHAUSTED` is the instance refusing the call at its
+/// door (SPEC 3.6), the one that claims nothing: `MESSAGE_TOO_LARGE` shares
+/// the code and is final.
+fn too_many_calls(status: &Status) -> bool {
+    status
+        .get_details_error_info()
+        .is_some_and(|info| Reason::parse(&info.reason) == Reason::TooManyCalls)
+}
+
+/// Nothing came back from the endpoint within an attempt's time: not even
+/// response headers. The cause of the status [`no_response`] makes, which marks
+/// it as made on this side.
+#[derive(Debug, thiserror::Error)]
+#[error("no response within {0:?}")]
+pub(crate) struct NoResponse(Duration);
+
+/// `DEADLINE_EXCEEDED` for an attempt (or a stream's opening) that got no
+/// response within `timeout`: the endpoint's failure, as a failed connection is,
+/// so the next attempt goes elsewhere. An endpoint whose HTTP/2 connection is
+/// alive (it answers pings) but whose calls are never answered ends here.
+pub(crate) fn no_response(what: &str, timeout: Duration) -> Status {
+    let mut status = Status::deadline_exceeded(format!("{what}: no response within {timeout:?}"));
+    status.set_source(Arc::new(NoResponse(timeout)));
+    status
 }
 
 /// Jittered exponential backoff.
@@ -75,6 +111,8 @@ impl Backoff {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use tonic_types::{ErrorDetails, StatusExt as _};
 
     use super::*;
@@ -106,6 +144,51 @@ mod tests {
         );
         assert_eq!(
             verdict(&Status::aborted("")),
+            Verdict::Retry { failover: false }
+        );
+    }
+
+    fn exhausted(reason: &str) -> Status {
+        Status::with_error_details(
+            Code::ResourceExhausted,
+            "",
+            ErrorDetails::with_error_info(reason, "ledger.v1", HashMap::new()),
+        )
+    }
+
+    #[test]
+    fn only_too_many_calls_of_the_exhausted_is_retried_and_elsewhere() {
+        assert_eq!(
+            verdict(&exhausted("TOO_MANY_CALLS")),
+            Verdict::Retry { failover: true }
+        );
+        assert_eq!(verdict(&exhausted("MESSAGE_TOO_LARGE")), Verdict::Final);
+        assert_eq!(
+            verdict(&Status::resource_exhausted("no reason")),
+            Verdict::Final
+        );
+    }
+
+    #[test]
+    fn a_timeout_with_no_response_fails_over_and_the_servers_deadline_does_not() {
+        assert_eq!(
+            verdict(&no_response("an attempt", Duration::from_secs(3))),
+            Verdict::Retry { failover: true }
+        );
+        let at_grpc_timeout = Status::from_error(Box::new(tonic::TimeoutExpired(())));
+        assert_eq!(at_grpc_timeout.code(), Code::Cancelled);
+        assert_eq!(
+            verdict(&at_grpc_timeout),
+            Verdict::Retry { failover: true },
+            "tonic's own wait for the response headers"
+        );
+        assert_eq!(
+            verdict(&Status::cancelled("Timeout expired")),
+            Verdict::Retry { failover: true },
+            "a server's own grpc-timeout, sent when its handler has not answered"
+        );
+        assert_eq!(
+            verdict(&Status::deadline_exceeded("the deadline passed")),
             Verdict::Retry { failover: false }
         );
     }

@@ -108,6 +108,18 @@ rpcs! {
     lookup_key: LookupKey(LookupKeyRequest) -> KeyRecord, read;
     /// Several transfers that take effect together or not at all; keyed.
     post: Post(PostRequest) -> PostReply, keyed;
+    /// Replaces an account's limits, recorded as a LIMITS entry; keyed.
+    set_limits: SetLimits(SetLimitsRequest) -> SetLimitsReply, keyed;
+    /// Entries by metadata, in sequence order; reads its own writes.
+    search_entries: SearchEntries(SearchEntriesRequest) -> SearchEntriesReply, read;
+    /// Accounts by metadata, by id.
+    list_accounts: ListAccounts(ListAccountsRequest) -> ListAccountsReply, read;
+    /// Reads a page of an account's open holds, oldest first.
+    list_holds: ListHolds(ListHoldsRequest) -> ListHoldsReply, read;
+    /// An account's balance and limits at a sequence, a time, or now.
+    get_balance: GetBalance(GetBalanceRequest) -> Balance, read;
+    /// Undoes a Transfer, a Post or a Credit named by its key, once; keyed.
+    reverse: Reverse(ReverseRequest) -> ReverseReply, keyed;
 }
 
 /// A codec whose requests are already encoded: a retry resends the very bytes of

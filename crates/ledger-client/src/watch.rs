@@ -1,6 +1,6 @@
 //! Following the change stream (`WatchEntries`, SPEC 3.8) across disconnects:
 //! a [`Watcher`] reopens the stream after the last sequence it yielded, on the
-//! next endpoint when the connection failed, so its caller sees every entry once
+//! next endpoint when the endpoint failed, so its caller sees every entry once
 //! and in order, however often the stream breaks.
 
 use bytes::Bytes;
@@ -10,9 +10,9 @@ use tonic::Status;
 use tonic::codec::Streaming;
 
 use crate::Client;
+use crate::client::KEEP_ALIVE_BOUND;
 use crate::error::{Decline, Error};
 use crate::retry::{Verdict, verdict};
-use crate::rpc::PreEncoded;
 
 const PATH: &str = "/ledger.v1.Ledger/WatchEntries";
 
@@ -20,13 +20,24 @@ const PATH: &str = "/ledger.v1.Ledger/WatchEntries";
 /// sequence on; see [`Client::watch`].
 ///
 /// After any disconnect (a failed connection, `UNAVAILABLE` such as a server's
-/// `SHUTTING_DOWN`, `ABORTED`, `DEADLINE_EXCEEDED`, or the stream simply ending)
-/// it opens the stream again with `after_sequence` = the last sequence it
-/// yielded, on the next endpoint when the connection or the server failed, after
-/// a jittered backoff (the client's [`Backoff`](crate::Backoff)). It never yields a sequence at
-/// or below one it yielded. Following every account, it also checks that the
-/// sequences are contiguous: a hole would be the server breaking SPEC 3.8, and
-/// ends the watch with [`Error::Gap`] rather than skip an entry.
+/// `SHUTTING_DOWN`, `ABORTED`, `DEADLINE_EXCEEDED`, `TOO_MANY_CALLS`, or the
+/// stream simply ending) it opens the stream again with `after_sequence` = the
+/// last sequence it yielded, after a jittered backoff (the client's
+/// [`Backoff`](crate::Backoff)). It opens it on the next endpoint when the
+/// endpoint failed: its connection failed (a ping unanswered for 5 s counts),
+/// no response headers came within the open timeout (the client's attempt
+/// timeout, at most 15 s: an endpoint whose HTTP/2 layer answers pings but
+/// whose calls hang), it answered `UNAVAILABLE`, or `TOO_MANY_CALLS` (it is at
+/// its limit of watchers). It never yields a sequence at or below one it
+/// yielded. Following every account, it also checks that the sequences are
+/// contiguous: a hole would be the server breaking SPEC 3.8, and ends the
+/// watch with [`Error::Gap`] rather than skip an entry.
+///
+/// Once open, a stream stays quiet for as long as the ledger is: the server
+/// sends its response headers as soon as it has taken the stream, and entries
+/// as they commit, so silence after the headers is a quiet ledger, not a
+/// failed server. The connection's pings (every 10 s) tell a dead connection
+/// from it.
 ///
 /// It retries for as long as it is polled (a follower outlives outages); a
 /// final answer (`NOT_FOUND` for an unknown account, `PERMISSION_DENIED`) ends
@@ -145,31 +156,16 @@ impl Watcher {
         Ok(Some(entry))
     }
 
-    /// Opens the stream after `last` on `endpoint`, the response headers
-    /// awaited within the client's attempt timeout.
+    /// Opens the stream after `last` on `endpoint`: its response headers within
+    /// the open timeout, or the endpoint failed.
     async fn open(&mut self, endpoint: usize) -> Result<Streaming<pb::Entry>, Status> {
         let request = pb::WatchEntriesRequest {
             after_sequence: self.last,
             account_id: self.account_id,
         };
         let request = self.client.request(Bytes::from(request.encode_to_vec()));
-        let mut grpc = tonic::client::Grpc::new(self.client.channel(endpoint)?);
-        let call = async {
-            grpc.ready()
-                .await
-                .map_err(|e| Status::from_error(Box::new(e)))?;
-            grpc.server_streaming(
-                request,
-                tonic::codegen::http::uri::PathAndQuery::from_static(PATH),
-                PreEncoded::<pb::Entry>::default(),
-            )
-            .await
-        };
-        let timeout = self.client.budget().attempt_timeout;
-        let opened = match tokio::time::timeout(timeout, call).await {
-            Ok(opened) => opened?,
-            Err(_) => return Err(Status::deadline_exceeded("opening the stream timed out")),
-        };
+        let timeout = self.client.budget().attempt_timeout.min(KEEP_ALIVE_BOUND);
+        let opened = self.client.open(endpoint, PATH, request, timeout).await?;
         self.opened += 1;
         Ok(opened.into_inner())
     }

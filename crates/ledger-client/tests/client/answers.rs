@@ -11,6 +11,7 @@ fn charge(key: &str, account_id: u64, amount: i64) -> pb::ChargeRequest {
         amount,
         currency: "USD".into(),
         description: String::new(),
+        ..Default::default()
     }
 }
 

@@ -1,9 +1,14 @@
 //! A budget spent with the outcome unknown: the typed `Unknown { key }`, within
-//! the budget; and an unknown outcome settled by `LookupKey`.
+//! the budget; and an unknown outcome settled by `LookupKey` and the request
+//! sent once more, which replays it or refuses a reused key, never answering
+//! with another request's outcome.
 
 use std::time::Duration;
 
-use ledger_client::{Backoff, Budget, Client, Error, pb};
+use std::sync::atomic::Ordering;
+
+use ledger_client::{Backoff, Budget, Client, Error, Reason, pb};
+use prost::Message as _;
 use tokio::time::Instant;
 
 use crate::support::{Fault, FaultProxy, TestApp, TestDb};
@@ -36,6 +41,7 @@ fn charge(key: &str, account_id: u64) -> pb::ChargeRequest {
         amount: 7,
         currency: "USD".into(),
         description: String::new(),
+        ..Default::default()
     }
 }
 
@@ -93,40 +99,66 @@ async fn a_read_that_gets_no_answer_is_unavailable_not_unknown() {
     );
 }
 
-/// Every charge is forwarded and its reply lost; the look-up (a small request)
-/// passes and brings back the stored reply.
+/// A budget with room to settle: the last 3 s of 6 s kept for the look-up and
+/// the resend, 1.5 s each: room on a loaded machine, where an answer may take a
+/// second.
+fn settling_budget() -> Budget {
+    Budget {
+        timeout: Duration::from_secs(6),
+        lookup_reserve: Duration::from_secs(3),
+        ..short_budget()
+    }
+}
+
+/// The size of `LookupKey(key)` with its gRPC prefix: a proxy that cuts requests
+/// longer than this cuts the charges under `key` and lets their look-up pass.
+fn lookup_size(key: &str) -> usize {
+    let lookup = pb::LookupKeyRequest {
+        idempotency_key: key.into(),
+    };
+    let size = lookup.encoded_len() + 5;
+    assert!(charge(key, 1).encoded_len() + 5 > size);
+    size
+}
+
+/// A client through a proxy whose every connection meets `fault`.
+async fn through(app: &TestApp, fault: Fault) -> (FaultProxy, Client) {
+    let proxy = FaultProxy::start(app.addr, move |_| fault).await;
+    let client = Client::builder()
+        .endpoint(proxy.url())
+        .budget(settling_budget())
+        .build()
+        .unwrap();
+    (proxy, client)
+}
+
+fn cuts(proxy: &FaultProxy) -> u64 {
+    proxy.counts().cuts.load(Ordering::Relaxed)
+}
+
+/// Every attempt of the charge is forwarded and its reply lost; the look-up
+/// finds the key's record, and the charge sent once more is replayed.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_lost_reply_is_settled_by_the_lookup() {
+async fn a_lost_reply_is_settled_by_the_lookup_and_a_replay() {
     let db = TestDb::new();
     let app = TestApp::spawn(&db).await;
     let account = app.funded_account("USD", 100).await;
-    // The LookupKey of this 14-character key is 21 bytes with its gRPC prefix;
-    // the charge under it, 30.
-    let proxy = FaultProxy::start(app.addr, |_| Fault::CutRequestsLongerThan(25)).await;
-    let client = Client::builder()
-        .endpoint(proxy.url())
-        .budget(short_budget())
-        .build()
-        .unwrap();
+    let key = "budget-settled";
+    let (proxy, client) = through(
+        &app,
+        Fault::CutRequestsLongerThanBeforeLookup(lookup_size(key)),
+    )
+    .await;
 
-    let answer = client
-        .charge(charge("budget-settled", account))
-        .await
-        .unwrap();
+    let answer = client.charge(charge(key, account)).await.unwrap();
 
-    assert!(answer.replayed, "the stored reply, read back");
-    assert!(answer.attempts >= 1);
-    assert!(
-        proxy
-            .counts()
-            .cuts
-            .load(std::sync::atomic::Ordering::Relaxed)
-            >= 1
-    );
+    assert!(answer.replayed, "the stored reply, replayed");
+    assert!(answer.attempts >= 2, "the attempts cut, and the resend");
+    assert!(cuts(&proxy) >= 1);
     let stored = app
         .client()
         .lookup_key(pb::LookupKeyRequest {
-            idempotency_key: "budget-settled".into(),
+            idempotency_key: key.into(),
         })
         .await
         .unwrap()
@@ -134,7 +166,88 @@ async fn a_lost_reply_is_settled_by_the_lookup() {
     let Some(pb::key_record::Outcome::Reply(bytes)) = stored.outcome else {
         panic!("a stored reply");
     };
-    assert_eq!(bytes, prost::Message::encode_to_vec(&answer.reply));
-    assert_eq!(db.entries_for_key("budget-settled").await, 1);
+    assert_eq!(bytes, answer.reply.encode_to_vec());
+    assert_eq!(db.entries_for_key(key).await, 1);
     assert_eq!(db.balance(account).await, 93);
+}
+
+/// `Charge(K, 30)` committed; `Charge(K, 50)`'s attempts are all cut. The
+/// key's record is of a charge, but not of this one: the client must not
+/// return the 30 charge's reply as the 50 charge's success.
+async fn settle_a_reused_key(
+    fault: impl FnOnce(usize) -> Fault,
+) -> Result<ledger_client::Answer<pb::ChargeReply>, Error> {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let account = app.funded_account("USD", 100).await;
+    let key = "budget-reused";
+    let mut first = charge(key, account);
+    first.amount = 30;
+    app.client().charge(first).await.unwrap();
+    let (proxy, client) = through(&app, fault(lookup_size(key))).await;
+
+    let mut second = charge(key, account);
+    second.amount = 50;
+    let result = client.charge(second).await;
+
+    assert!(cuts(&proxy) >= 1);
+    assert_eq!(db.entries_for_key(key).await, 1);
+    assert_eq!(db.balance(account).await, 70);
+    result
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reused_key_settles_as_reused_not_as_the_other_requests_success() {
+    let result = settle_a_reused_key(Fault::CutRequestsLongerThanBeforeLookup).await;
+
+    let Err(Error::Declined(decline)) = result else {
+        panic!("expected IDEMPOTENCY_KEY_REUSED, got {result:?}");
+    };
+    assert_eq!(decline.reason, Reason::IdempotencyKeyReused);
+    assert_eq!(decline.key.as_deref(), Some("budget-reused"));
+}
+
+/// The same, with the resend cut too: unknown, never a success.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reused_key_whose_resend_is_cut_is_unknown() {
+    let result = settle_a_reused_key(Fault::CutRequestsLongerThan).await;
+
+    match result {
+        Err(Error::Unknown { key }) => assert_eq!(key, "budget-reused"),
+        other => panic!("expected Unknown, got {other:?}"),
+    }
+}
+
+/// A key recorded for another method is another operation's (SPEC 3.1): the
+/// record says so, with no resend.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_recorded_for_another_method_is_reused() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let account = app.funded_account("USD", 100).await;
+    let key = "budget-credit";
+    app.client()
+        .credit(pb::CreditRequest {
+            idempotency_key: key.into(),
+            account_id: account,
+            amount: 5,
+            currency: "USD".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let (_proxy, client) = through(&app, Fault::CutRequestsLongerThan(lookup_size(key))).await;
+
+    let result = client.charge(charge(key, account)).await;
+
+    let Err(Error::Declined(decline)) = result else {
+        panic!("expected IDEMPOTENCY_KEY_REUSED, got {result:?}");
+    };
+    assert_eq!(decline.reason, Reason::IdempotencyKeyReused);
+    assert!(!decline.replayed, "not an answer the server stored");
+    assert_eq!(
+        decline.metadata.get("method").map(String::as_str),
+        Some("/ledger.v1.Ledger/Credit")
+    );
+    assert_eq!(db.balance(account).await, 105);
 }

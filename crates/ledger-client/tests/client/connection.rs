@@ -10,6 +10,7 @@ fn open(key: &str) -> pb::OpenAccountRequest {
     pb::OpenAccountRequest {
         idempotency_key: key.into(),
         currency: "USD".into(),
+        ..Default::default()
     }
 }
 

@@ -67,6 +67,7 @@ async fn every_charge_takes_effect_once_through_a_faulty_network() {
                     amount,
                     currency: "USD".into(),
                     description: String::new(),
+                    ..Default::default()
                 };
                 let answer = client.charge(request).await;
                 answers.push((key, amount, answer));

@@ -14,6 +14,8 @@ mod support;
 mod answers;
 mod budget;
 mod connection;
+mod failover;
 mod faults;
+mod overload;
 mod service_config;
 mod watch;

@@ -6,7 +6,7 @@
 //! frame with END_STREAM on a stream), and acts on that.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,6 +30,10 @@ pub enum Fault {
     /// than this many bytes (its gRPC prefix included): smaller ones (a
     /// `LookupKey`) pass.
     CutRequestsLongerThan(usize),
+    /// As `CutRequestsLongerThan`, until a smaller request (a `LookupKey`)
+    /// has passed on any connection of the proxy; from then on every request
+    /// passes: a call's attempts are cut, and what settles it is not.
+    CutRequestsLongerThanBeforeLookup(usize),
     /// Once the first request is forwarded, nothing comes back for this long;
     /// then the reply is delivered.
     DelayReply(Duration),
@@ -58,6 +62,8 @@ struct Shared {
     /// Fired each time a request was forwarded on a connection that then
     /// withholds its reply.
     forwarded: Notify,
+    /// A request under the size limit passed a `CutRequestsLongerThanBeforeLookup`.
+    looked_up: AtomicBool,
 }
 
 pub struct FaultProxy {
@@ -80,6 +86,7 @@ impl FaultProxy {
             plan: Mutex::new(Box::new(plan)),
             counts: Counts::default(),
             forwarded: Notify::new(),
+            looked_up: AtomicBool::new(false),
         });
         let accepting = shared.clone();
         let accept = tokio::spawn(async move {
@@ -172,6 +179,12 @@ async fn to_server(
         let cut = match (fault, ended) {
             (Fault::CutAfterRequest, Some(_)) => true,
             (Fault::CutRequestsLongerThan(limit), Some(size)) => size > limit,
+            (Fault::CutRequestsLongerThanBeforeLookup(limit), Some(size)) => {
+                if size <= limit {
+                    shared.looked_up.store(true, Ordering::Relaxed);
+                }
+                size > limit && !shared.looked_up.load(Ordering::Relaxed)
+            }
             (Fault::DelayReply(delay), Some(_)) => {
                 shared.counts.delays.fetch_add(1, Ordering::Relaxed);
                 hold.send_replace(Some(Instant::now() + delay));
