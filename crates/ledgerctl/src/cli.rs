@@ -27,7 +27,7 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct Global {
     /// The ledger's address; several, comma-separated, are tried in turn when one
-    /// is unreachable.
+    /// fails (unreachable, no answer, at its limit of calls).
     #[arg(
         long,
         env = "LEDGER_SERVER",
@@ -85,9 +85,34 @@ pub(crate) struct Description {
     description: String,
 }
 
+/// A call's business tags (SPEC 3.11), stored on what it writes.
+#[derive(Debug, Args)]
+pub(crate) struct Metadata {
+    /// A tag, KEY=VALUE; repeat for several (at most 50; a key given twice
+    /// keeps its last value).
+    #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_pair)]
+    pairs: Vec<(String, String)>,
+}
+
+impl Metadata {
+    /// The pairs as the request carries them; a key given twice keeps its last
+    /// value.
+    fn into_map(self) -> std::collections::BTreeMap<String, String> {
+        self.pairs.into_iter().collect()
+    }
+}
+
+/// `KEY=VALUE`: the key up to the first `=`, the value after it (it may hold `=`).
+fn parse_pair(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("{text:?} is not KEY=VALUE"))
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Opens an account with a zero balance.
+    /// Opens an account with a zero balance, and its limits (by default a floor
+    /// at zero and no ceiling).
     OpenAccount(OpenAccount),
     /// Adds money (minor units) to an account.
     Credit(Credit),
@@ -95,6 +120,9 @@ pub(crate) enum Command {
     Charge(Charge),
     /// Reads an account.
     GetAccount(GetAccount),
+    /// An account's balance and the limits in force at a sequence or a time
+    /// (neither: now).
+    GetBalance(GetBalance),
     /// Moves money between two accounts of one currency.
     Transfer(Transfer),
     /// Returns money a charge or capture took.
@@ -119,6 +147,19 @@ pub(crate) enum Command {
     /// Prints entries as they commit, in sequence order, resuming after the
     /// last one printed when the stream breaks; until Ctrl-C or --limit.
     WatchEntries(WatchEntries),
+    /// Replaces an account's limits (all of them: a flag left out is its
+    /// default), recorded as a LIMITS entry in its journal.
+    SetLimits(SetLimits),
+    /// Entries whose metadata holds every given pair, in sequence order.
+    SearchEntries(SearchEntries),
+    /// Accounts whose metadata holds every given pair (none: all), by id.
+    ListAccounts(ListAccounts),
+    /// A page of an account's open holds (still held, not expired), oldest
+    /// first.
+    ListHolds(ListHolds),
+    /// Undoes a Transfer, a Post or a Credit, named by the key it committed
+    /// under: every leg mirrored, last leg first; at most once per operation.
+    Reverse(Reverse),
     /// Prints a shell completion script.
     Completions {
         #[arg(value_enum)]
@@ -135,6 +176,10 @@ pub(crate) struct OpenAccount {
     pub(crate) key: Key,
     #[arg(long)]
     currency: String,
+    #[command(flatten)]
+    limits: Limits,
+    #[command(flatten)]
+    metadata: Metadata,
 }
 
 impl OpenAccount {
@@ -143,6 +188,91 @@ impl OpenAccount {
         pb::OpenAccountRequest {
             idempotency_key,
             currency: self.currency,
+            limits: self.limits.given(),
+            metadata: self.metadata.into_map(),
+        }
+    }
+}
+
+/// An account's limits (`AccountLimits`); each flag left out is its default.
+/// The flags are named as the message's fields.
+#[derive(Debug, Args)]
+#[allow(clippy::struct_field_names)]
+pub(crate) struct Limits {
+    /// The lowest available balance (balance less held) a debit may leave, in
+    /// minor units: negative for a credit line. Default 0.
+    #[arg(long, allow_negative_numbers = true, conflicts_with = "no_min_balance")]
+    min_balance: Option<i64>,
+    /// No floor at all: a funding or settlement account.
+    #[arg(long)]
+    no_min_balance: bool,
+    /// The highest balance a credit may leave, in minor units. Default: none.
+    #[arg(long, allow_negative_numbers = true)]
+    max_balance: Option<i64>,
+}
+
+impl Limits {
+    /// The limits the flags give, or none when no flag was given.
+    fn given(self) -> Option<pb::AccountLimits> {
+        let any = self.min_balance.is_some() || self.no_min_balance || self.max_balance.is_some();
+        any.then(|| self.message())
+    }
+
+    fn message(self) -> pb::AccountLimits {
+        pb::AccountLimits {
+            min_balance: self.min_balance.unwrap_or(0),
+            no_min_balance: self.no_min_balance,
+            max_balance: self.max_balance,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SetLimits {
+    #[command(flatten)]
+    pub(crate) key: Key,
+    #[arg(long)]
+    account_id: u64,
+    #[command(flatten)]
+    limits: Limits,
+}
+
+impl SetLimits {
+    pub(crate) fn request(self) -> pb::SetLimitsRequest {
+        let idempotency_key = self.key.resolve();
+        pb::SetLimitsRequest {
+            idempotency_key,
+            account_id: self.account_id,
+            limits: Some(self.limits.message()),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct Reverse {
+    #[command(flatten)]
+    pub(crate) key: Key,
+    /// The key the operation to undo committed under.
+    #[arg(long)]
+    original_key: String,
+    /// Ignore the floors (held money included): an account may be overdrawn.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    description: Description,
+    #[command(flatten)]
+    metadata: Metadata,
+}
+
+impl Reverse {
+    pub(crate) fn request(self) -> pb::ReverseRequest {
+        let idempotency_key = self.key.resolve();
+        pb::ReverseRequest {
+            idempotency_key,
+            original_key: self.original_key,
+            force: self.force,
+            description: self.description.description,
+            metadata: self.metadata.into_map(),
         }
     }
 }
@@ -161,6 +291,8 @@ pub(crate) struct Money {
     currency: String,
     #[command(flatten)]
     description: Description,
+    #[command(flatten)]
+    metadata: Metadata,
 }
 
 pub(crate) type Credit = Money;
@@ -175,6 +307,7 @@ impl Money {
             amount: self.amount,
             currency: self.currency,
             description: self.description.description,
+            metadata: self.metadata.into_map(),
         }
     }
 
@@ -186,6 +319,7 @@ impl Money {
             amount: self.amount,
             currency: self.currency,
             description: self.description.description,
+            metadata: self.metadata.into_map(),
         }
     }
 }
@@ -205,6 +339,36 @@ impl GetAccount {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct GetBalance {
+    #[arg(long)]
+    account_id: u64,
+    /// After the account's last entry with a sequence up to this one.
+    #[arg(long, conflicts_with = "as_of_time")]
+    as_of_sequence: Option<u64>,
+    /// After the account's last entry created at or before this time, in
+    /// RFC 3339 UTC: 2026-12-31T23:59:59Z (fractions of a second allowed).
+    #[arg(long, value_parser = parse_time)]
+    as_of_time: Option<prost_types::Timestamp>,
+}
+
+impl GetBalance {
+    pub(crate) fn request(self) -> pb::GetBalanceRequest {
+        pb::GetBalanceRequest {
+            account_id: self.account_id,
+            as_of_sequence: self.as_of_sequence.unwrap_or(0),
+            as_of_time: self.as_of_time,
+        }
+    }
+}
+
+/// An RFC 3339 time in UTC (`Z`).
+fn parse_time(raw: &str) -> Result<prost_types::Timestamp, String> {
+    humantime::parse_rfc3339(raw)
+        .map(prost_types::Timestamp::from)
+        .map_err(|e| format!("{e}: give a UTC time like 2026-12-31T23:59:59Z"))
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct Transfer {
     #[command(flatten)]
     pub(crate) key: Key,
@@ -219,6 +383,8 @@ pub(crate) struct Transfer {
     currency: String,
     #[command(flatten)]
     description: Description,
+    #[command(flatten)]
+    metadata: Metadata,
 }
 
 impl Transfer {
@@ -231,6 +397,7 @@ impl Transfer {
             amount: self.amount,
             currency: self.currency,
             description: self.description.description,
+            metadata: self.metadata.into_map(),
         }
     }
 }
@@ -247,6 +414,8 @@ pub(crate) struct Refund {
     amount: i64,
     #[command(flatten)]
     description: Description,
+    #[command(flatten)]
+    metadata: Metadata,
 }
 
 impl Refund {
@@ -257,6 +426,7 @@ impl Refund {
             entry_id: self.entry_id,
             amount: self.amount,
             description: self.description.description,
+            metadata: self.metadata.into_map(),
         }
     }
 }
@@ -279,6 +449,7 @@ impl PlaceHold {
             amount,
             currency,
             description,
+            metadata,
         } = self.money;
         pb::PlaceHoldRequest {
             idempotency_key: key.resolve(),
@@ -290,6 +461,7 @@ impl PlaceHold {
                 seconds: i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX),
                 nanos: i32::try_from(self.ttl.subsec_nanos()).unwrap_or(0),
             }),
+            metadata: metadata.into_map(),
         }
     }
 }
@@ -305,6 +477,8 @@ pub(crate) struct CaptureHold {
     amount: i64,
     #[command(flatten)]
     description: Description,
+    #[command(flatten)]
+    metadata: Metadata,
 }
 
 impl CaptureHold {
@@ -315,6 +489,7 @@ impl CaptureHold {
             hold_id: self.hold_id,
             amount: self.amount,
             description: self.description.description,
+            metadata: self.metadata.into_map(),
         }
     }
 }
@@ -374,6 +549,28 @@ impl ListEntries {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct ListHolds {
+    #[arg(long)]
+    account_id: u64,
+    /// 0: 100.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    page_size: i32,
+    /// The previous page's next_page_token.
+    #[arg(long, default_value = "")]
+    page_token: String,
+}
+
+impl ListHolds {
+    pub(crate) fn request(self) -> pb::ListHoldsRequest {
+        pb::ListHoldsRequest {
+            account_id: self.account_id,
+            page_size: self.page_size,
+            page_token: self.page_token,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct GetHold {
     #[arg(long)]
     hold_id: u64,
@@ -411,6 +608,8 @@ pub(crate) struct Post {
     legs: Vec<pb::Leg>,
     #[command(flatten)]
     description: Description,
+    #[command(flatten)]
+    metadata: Metadata,
 }
 
 impl Post {
@@ -420,6 +619,57 @@ impl Post {
             idempotency_key,
             legs: self.legs,
             description: self.description.description,
+            metadata: self.metadata.into_map(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SearchEntries {
+    /// A pair every entry found holds, KEY=VALUE; 1 to 4.
+    #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_pair, required = true)]
+    pairs: Vec<(String, String)>,
+    /// Only this account's entries; 0 (the default) every account's.
+    #[arg(long, default_value_t = 0)]
+    account_id: u64,
+    /// 0: 100.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    page_size: i32,
+    /// The previous page's next_page_token.
+    #[arg(long, default_value = "")]
+    page_token: String,
+}
+
+impl SearchEntries {
+    pub(crate) fn request(self) -> pb::SearchEntriesRequest {
+        pb::SearchEntriesRequest {
+            metadata: self.pairs.into_iter().collect(),
+            account_id: self.account_id,
+            page_size: self.page_size,
+            page_token: self.page_token,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListAccounts {
+    /// A pair every account listed holds, KEY=VALUE; 0 to 4.
+    #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_pair)]
+    pairs: Vec<(String, String)>,
+    /// 0: 100.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    page_size: i32,
+    /// The previous page's next_page_token.
+    #[arg(long, default_value = "")]
+    page_token: String,
+}
+
+impl ListAccounts {
+    pub(crate) fn request(self) -> pb::ListAccountsRequest {
+        pb::ListAccountsRequest {
+            metadata: self.pairs.into_iter().collect(),
+            page_size: self.page_size,
+            page_token: self.page_token,
         }
     }
 }

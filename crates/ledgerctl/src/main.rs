@@ -1,7 +1,8 @@
 //! `ledgerctl`: the ledger from the command line, on the `ledger-client` crate, so
 //! a keyed command keeps the exactly-once promise the library keeps: one key per
 //! operation (made and printed before the first attempt when not given), retries
-//! of the same bytes within `--timeout`, and a `LookupKey` when that budget ends.
+//! of the same bytes within `--timeout`, and `LookupKey` (and one resend) to
+//! settle an outcome that budget left unknown.
 //!
 //! - `cli`: the flags and subcommands (clap);
 //! - `run`: a subcommand into a request, a call, and the exit code;

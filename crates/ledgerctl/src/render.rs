@@ -55,9 +55,28 @@ fn reply_type(method: &str) -> Result<MessageDescriptor, String> {
 }
 
 fn json_of(message: &DynamicMessage) -> Json {
-    message
+    let mut json = message
         .serialize_with_options(serde_json::value::Serializer, &SerializeOptions::new())
-        .unwrap_or_else(|e| json!({ "unprintable": e.to_string() }))
+        .unwrap_or_else(|e| json!({ "unprintable": e.to_string() }));
+    sort_maps(&mut json);
+    json
+}
+
+/// Puts the pairs of every `metadata` map in key order: a map comes out of
+/// reflection in hash order, and the same reply must print the same way.
+fn sort_maps(json: &mut Json) {
+    match json {
+        Json::Object(fields) => {
+            for (name, value) in fields.iter_mut() {
+                if let (true, Json::Object(pairs)) = (name == "metadata", &mut *value) {
+                    pairs.sort_keys();
+                }
+                sort_maps(value);
+            }
+        }
+        Json::Array(items) => items.iter_mut().for_each(sort_maps),
+        _ => {}
+    }
 }
 
 /// A reply, in the chosen form.
@@ -253,6 +272,18 @@ fn table(message: &DynamicMessage, depth: usize, out: &mut String) {
         let name = field.name();
         match value {
             Value::Message(inner) => message_row(inner, name, depth, out),
+            // Metadata: one line, its pairs in key order.
+            Value::Map(pairs) => {
+                let mut shown: Vec<String> = pairs
+                    .iter()
+                    .map(|(k, v)| {
+                        let key = k.as_str().unwrap_or_default();
+                        format!("{key}={}", v.as_str().unwrap_or_default())
+                    })
+                    .collect();
+                shown.sort();
+                line(out, depth, name, &shown.join(", "));
+            }
             Value::List(items) => {
                 for (i, item) in items.iter().enumerate() {
                     let label = format!("{name}[{i}]");
@@ -273,8 +304,8 @@ fn table(message: &DynamicMessage, depth: usize, out: &mut String) {
     }
 }
 
-/// A nested message: a timestamp or duration on one line, anything else as a
-/// block of its own.
+/// A nested message: a timestamp, a duration or limits on one line, anything
+/// else as a block of its own.
 fn message_row(inner: &DynamicMessage, name: &str, depth: usize, out: &mut String) {
     match inner.descriptor().full_name() {
         "google.protobuf.Timestamp" => {
@@ -289,11 +320,31 @@ fn message_row(inner: &DynamicMessage, name: &str, depth: usize, out: &mut Strin
                 .map_or_else(|e| e.to_string(), |d| d.to_string());
             line(out, depth, name, &text);
         }
+        "ledger.v1.AccountLimits" => {
+            let text = inner
+                .transcode_to::<pb::AccountLimits>()
+                .map_or_else(|e| e.to_string(), |l| limits(&l));
+            line(out, depth, name, &text);
+        }
         _ => {
             let _ = writeln!(out, "{}{name}", "  ".repeat(depth));
             table(inner, depth + 1, out);
         }
     }
+}
+
+/// Limits as a person reads them: `floor -5000, ceiling 250000`, `no floor,
+/// no ceiling` (the defaults, `floor 0, no ceiling`, shown like any other).
+fn limits(limits: &pb::AccountLimits) -> String {
+    let floor = if limits.no_min_balance {
+        "no floor".to_owned()
+    } else {
+        format!("floor {}", limits.min_balance)
+    };
+    let ceiling = limits
+        .max_balance
+        .map_or_else(|| "no ceiling".to_owned(), |c| format!("ceiling {c}"));
+    format!("{floor}, {ceiling}")
 }
 
 fn scalar(value: &Value, field: &prost_reflect::FieldDescriptor) -> String {

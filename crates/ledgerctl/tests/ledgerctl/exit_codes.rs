@@ -1,12 +1,14 @@
 //! 0 success, 1 a final error, 75 the budget spent with the outcome unknown (and
-//! the key to retry with printed).
+//! the key to retry with printed): also when the server refused every attempt
+//! for its load, which is not final.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::ledgerctl;
-use crate::support::{TestApp, TestDb};
+use crate::support::{Busy, Fault, FaultProxy, TestApp, TestDb};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn success_is_0_and_a_decline_is_1() {
@@ -68,4 +70,64 @@ async fn nothing_listening_is_75_with_the_key_to_retry_with() {
         run.stderr
     );
     assert!(took < Duration::from_secs(4), "{took:?}: within the budget");
+}
+
+/// `--max-concurrent-calls 1`, its place taken by a charge parked behind an
+/// outside lock: refused at every attempt of a 2 s budget, ledgerctl exits 75
+/// with nothing recorded; a run whose budget outlasts the lock exits 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_at_its_limit_is_75_only_once_the_budget_is_spent() {
+    let db = TestDb::new();
+    let busy = Busy::start(&db).await;
+    let account_id = busy.free_account;
+    let account = account_id.to_string();
+    let charge = |key: &str, timeout: &str| {
+        [
+            "charge",
+            "--key",
+            key,
+            "--account-id",
+            &account,
+            "--amount",
+            "5",
+            "--currency",
+            "USD",
+            "--timeout",
+            timeout,
+        ]
+        .map(str::to_owned)
+    };
+
+    let started = Instant::now();
+    let spent = ledgerctl(
+        &busy.app.url(),
+        &charge("ctl-full", "2s").each_ref().map(String::as_str),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(spent.code, Some(75), "{}", spent.stderr);
+    assert!(spent.stderr.contains("--key ctl-full"), "{}", spent.stderr);
+    assert!(took < Duration::from_secs(4), "{took:?}: within the budget");
+    assert_eq!(db.key_rows("ctl-full").await, 0, "nothing recorded");
+
+    // Each attempt is a connection of its own at the proxy: a second one means
+    // the first was refused and retried.
+    let proxy = FaultProxy::start(busy.app.addr, |_| Fault::Pass).await;
+    let url = proxy.url();
+    let args = charge("ctl-later", "20s");
+    let run =
+        tokio::spawn(async move { ledgerctl(&url, &args.each_ref().map(String::as_str)).await });
+    for _ in 0..1500 {
+        if proxy.counts().connections.load(Ordering::Relaxed) >= 2 || run.is_finished() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!run.is_finished(), "ledgerctl ended at its first refusal");
+    let _app = busy.release().await;
+    let taken = run.await.unwrap();
+
+    assert_eq!(taken.code, Some(0), "{}", taken.stderr);
+    assert_eq!(db.entries_for_key("ctl-later").await, 1);
+    assert_eq!(db.balance(account_id).await, 95);
 }

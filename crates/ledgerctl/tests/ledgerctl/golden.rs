@@ -1,5 +1,5 @@
 //! The output people and programs read, as golden files: every keyed command's
-//! reply, a replay, a decline, and `lookup-key` of a stored reply and of a stored
+//! reply (limits included), a replay, a decline, and `lookup-key` of a stored reply and of a stored
 //! decline, and `watch-entries` of every account and of one, as a table and as
 //! protobuf JSON. Timestamps, ids and made keys are
 //! redacted (they differ per run); the rest must match byte for byte.
@@ -60,14 +60,28 @@ async fn transcript(output: &str) -> String {
         "charge --key g-invalid --account-id $A --amount 0 --currency US",
         "transfer --key g-transfer --from-account-id $A --to-account-id $B --amount 7 --currency USD",
         "post --key g-post --leg $A:$B:97:USD --leg $A:$B:3:USD",
+        "reverse --key g-reverse --original-key g-post --description refunded-sale",
+        "reverse --key g-reverse-again --original-key g-post",
         "place-hold --key g-hold --account-id $A --amount 5 --currency USD --ttl 30s",
+        "list-holds --account-id $A",
         "get-account --account-id $A",
+        "get-balance --account-id $A",
+        "get-balance --account-id $A --as-of-sequence 3",
+        "get-balance --account-id $A --as-of-sequence 999999",
+        "get-balance --account-id $A --as-of-time 2000-01-01T00:00:00Z",
+        "get-balance --account-id $A --as-of-time yesterday",
         "lookup-key --key g-charge",
         "lookup-key --key g-decline",
         "lookup-key --key never-used",
         "charge --account-id $A --amount 1 --currency USD",
         "watch-entries --after-sequence 0 --limit 10",
         "watch-entries --after-sequence 4 --account-id $B --limit 2",
+        "open-account --key g-line --currency USD --min-balance -5000 --max-balance 250000",
+        "set-limits --key g-limits --account-id $B --no-min-balance",
+        "set-limits --key g-bad --account-id $B --min-balance 5 --max-balance 4",
+        "charge --key g-tagged --account-id $A --amount 2 --currency USD --metadata order_id=A-1 --metadata channel=web",
+        "search-entries --metadata order_id=A-1",
+        "charge --key g-bad-tag --account-id $A --amount 2 --currency USD --metadata a/b=1",
     ];
     let mut out = String::new();
     for shown in steps {

@@ -1,6 +1,7 @@
 //! `ledgerctl` as a process against a live service: its output (golden files,
-//! with ids, timestamps and made keys redacted), its exit codes, and a process
-//! killed between sending a charge and its reply.
+//! with ids, timestamps and made keys redacted), its exit codes, a first server
+//! that never answers, and a process killed between sending a charge and its
+//! reply.
 
 #![allow(
     clippy::unwrap_used,
@@ -13,6 +14,7 @@
 mod support;
 
 mod exit_codes;
+mod failover;
 mod golden;
 mod killed;
 
@@ -28,6 +30,11 @@ pub(crate) struct Run {
 
 /// Runs `ledgerctl` against `server` with `args`; fails after 60 s.
 pub(crate) async fn ledgerctl(server: &str, args: &[&str]) -> Run {
+    ledgerctl_within(server, args, Duration::from_secs(60)).await
+}
+
+/// Runs `ledgerctl` against `server` with `args`; fails after `limit`.
+pub(crate) async fn ledgerctl_within(server: &str, args: &[&str], limit: Duration) -> Run {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledgerctl"))
         .args(args)
         .env("LEDGER_SERVER", server)
@@ -35,9 +42,9 @@ pub(crate) async fn ledgerctl(server: &str, args: &[&str]) -> Run {
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(Duration::from_secs(60), output)
+    let output = tokio::time::timeout(limit, output)
         .await
-        .expect("ledgerctl exits")
+        .unwrap_or_else(|_| panic!("ledgerctl {args:?} did not exit within {limit:?}"))
         .unwrap();
     Run {
         code: output.status.code(),
