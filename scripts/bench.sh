@@ -18,7 +18,9 @@
 # database server's CPU with 64 idle streams against none. Its A/B with spread:
 # scripts/stream-ab.sh.
 #
-# Environment: CONCURRENCY (16), SECS (15), ACCOUNTS (10000), LEDGER_MYSQLD(_ARGS),
+# Environment: CONCURRENCY (16), SECS (15), ACCOUNTS (10000), LEDGER_ENTRIES (the
+# ledger the search and get-entry scenarios read, and the entries of the
+# balance-deep account, 1,000,000), LEDGER_MYSQLD(_ARGS),
 # LEDGER_BATCH_WRITERS (the service's group commit; 0 runs one transaction per call).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +30,8 @@ quick=false
 conc=${CONCURRENCY:-16}
 secs=${SECS:-15}
 accounts=${ACCOUNTS:-10000}
-if $quick; then secs=2; accounts=50; fi
+ledger_entries=${LEDGER_ENTRIES:-1000000}
+if $quick; then secs=2; accounts=50; ledger_entries=500; fi
 
 fail() { echo "bench: $*" >&2; exit 1; }
 log() { printf '\n== %s\n' "$*" >&2; }
@@ -80,6 +83,17 @@ scenario "hold-capture, $accounts accounts" "$conc" "$accounts" --scenario hold-
 scenario "post, $accounts buyers" "$conc" "$accounts" --scenario post >>"$results"
 scenario "post-256, $accounts accounts" "$conc" "$accounts" --scenario post-256 >>"$results"
 scenario "unique, 4 watchers" "$conc" "$accounts" --scenario unique --watchers 4 >>"$results"
+scenario "unique, 3 pairs of metadata" "$conc" "$accounts" --scenario unique --metadata 3 >>"$results"
+log "a ledger of $ledger_entries entries, tagged 10 per order id (posted once)"
+scenario "search (10 entries), $ledger_entries entries" "$conc" "$accounts" --scenario search \
+  --ledger-entries "$ledger_entries" >>"$results"
+scenario "get-entry, $ledger_entries entries" "$conc" "$accounts" --scenario get-entry \
+  --ledger-entries "$ledger_entries" >>"$results"
+scenario "get-account, $accounts accounts" "$conc" "$accounts" --scenario get-account >>"$results"
+log "GetBalance of an account of $ledger_entries entries (posted once), and of one of 10"
+scenario "balance-deep, $ledger_entries entries" "$conc" "$accounts" --scenario balance-deep \
+  --balance-entries "$ledger_entries" >>"$results"
+scenario "balance-shallow, 10 entries" "$conc" "$accounts" --scenario balance-shallow >>"$results"
 idle_secs=10; $quick && idle_secs=1
 log "database CPU over $idle_secs s: no stream, then 64 idle streams"
 read -r idle_none idle_held <<<"$(idle_watchers_cpu 64 "$idle_secs" "$target" "$db_url" "$db_pid")"

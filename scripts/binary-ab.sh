@@ -17,6 +17,9 @@
 # Environment: SCENARIOS ("unique hot-merchant transfer post"; NAME@N runs NAME at
 # concurrency N), ROUNDS (3), SECS (10), CONCURRENCY (16), ACCOUNTS (10000),
 # BEFORE_ARGS and AFTER_ARGS (extra `ledger serve` arguments of each side),
+# BENCH_ARGS (extra `ledger bench` arguments of both, e.g. `--limits`) and
+# BEFORE_BENCH_ARGS / AFTER_BENCH_ARGS (of one side: one binary, two loads, e.g.
+# AFTER_BENCH_ARGS="--metadata 3"),
 # RATIOS (e.g. "post/hot-merchant": each side's calls/s of one scenario over
 # another's, round by round), UNCHECKED (`before` or `after`: that side's runs end
 # without the journal check, for a build that leaves writes out on purpose to
@@ -62,10 +65,11 @@ measure() { # round side scenario
   local line scenario=${name%@*} c=$conc
   [ "$scenario" != "$name" ] && c=${name#*@}
   # The same load generator for both sides: AFTER's (`--cpu-of` is newer than some builds).
-  local check=(--database-url "$database")
+  local check=(--database-url "$database") side_args=${BEFORE_BENCH_ARGS:-}
+  [ "$side" = after ] && side_args=${AFTER_BENCH_ARGS:-}
   [ "$side" = "${UNCHECKED:-}" ] && check=()
   line=$("$after_bin" bench --target "$url" --concurrency "$c" --accounts "$accounts" --duration "${secs}s" \
-           --warmup 2s --json "${check[@]}" --scenario "$scenario" \
+           --warmup 2s --json "${check[@]}" --scenario "$scenario" ${BENCH_ARGS:-} $side_args \
            --cpu-of "service=$pid" --cpu-of "database=$db_pid") || fail "$side $name failed"
   python3 - "$line" "$round" "$side" "$name" >>"$results" <<'PY' || fail "$side $name: $line"
 import json, sys

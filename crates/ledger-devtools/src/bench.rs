@@ -17,7 +17,13 @@
 //!   the platform: two hot accounts in every call;
 //! - `post-256`: Posts of 256 legs between random accounts;
 //! - `idle`: no calls at all: the `--watchers` streams held open for the warm-up
-//!   and the duration (what idle watchers cost, sampled from outside).
+//!   and the duration (what idle watchers cost, sampled from outside);
+//! - `search`: SearchEntries of one order id, on a ledger of at least
+//!   `--ledger-entries` entries, each search finding 10 (`seed`);
+//! - `get-entry`: GetEntry of entries of that ledger, what a search is held
+//!   against.
+//!
+//! `--metadata N` tags every Charge with N pairs (its order id and N - 1 more).
 //!
 //! `--watchers N` attaches N `WatchEntries` streams of every account for the run,
 //! from the highest sequence when it starts (from 0 without `--database-url`).
@@ -67,6 +73,15 @@ pub enum Scenario {
     #[value(name = "post-256")]
     Post256,
     Idle,
+    Search,
+    GetEntry,
+    /// GetAccount of random accounts.
+    GetAccount,
+    /// GetBalance of an account of `--balance-entries` entries, at random
+    /// points, by sequence and by time alike.
+    BalanceDeep,
+    /// The same of an account of 10 entries.
+    BalanceShallow,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -95,6 +110,23 @@ pub struct BenchArgs {
     /// measures the lag from each call's reply to its entries' arrival
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1024))]
     pub watchers: u64,
+    /// Open the accounts with limits other than the defaults (a credit line of
+    /// 1,000,000 and a ceiling a run never reaches), as a ledger that uses
+    /// limits keeps them on every account (a server without limits opens them
+    /// plain)
+    #[arg(long)]
+    pub limits: bool,
+    /// Pairs of metadata on every Charge (its order id, then others)
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=50))]
+    pub metadata: u64,
+    /// The search and get-entry scenarios: the entries the ledger holds first
+    /// (what is missing is posted before measuring, tagged 10 per order id)
+    #[arg(long, default_value_t = 1_000_000)]
+    pub ledger_entries: u64,
+    /// The balance-deep scenario: the entries of its account (posted before
+    /// measuring when missing, 250 per post)
+    #[arg(long, default_value_t = 1_000_000)]
+    pub balance_entries: u64,
     /// Print one JSON line instead of the report
     #[arg(long)]
     pub json: bool,
@@ -136,6 +168,12 @@ enum Op {
     Post {
         legs: usize,
     },
+    /// SearchEntries of a seeded order id.
+    Search,
+    /// GetEntry of a seeded entry.
+    GetEntry,
+    /// GetBalance at a random point of this account's journal.
+    Balance(crate::seed::Journal),
 }
 
 /// Legs of a `post-256` call.
@@ -172,6 +210,28 @@ impl Tally {
     }
 }
 
+/// What the read scenarios need in the ledger before measuring: the tagged
+/// ledger of `search` and `get-entry`, the accounts of the balance scenarios.
+async fn seed_reads(
+    args: &BenchArgs,
+    channels: &[Channel],
+    accounts: &[u64],
+) -> anyhow::Result<(crate::seed::Seeded, crate::seed::Balances)> {
+    let seeded = match args.scenario {
+        Scenario::Search | Scenario::GetEntry => {
+            crate::seed::ensure(channels, accounts, args.ledger_entries, args.concurrency).await?
+        }
+        _ => crate::seed::Seeded::default(),
+    };
+    let points = match (args.scenario, channels.first()) {
+        (Scenario::BalanceDeep | Scenario::BalanceShallow, Some(channel)) => {
+            crate::seed::ensure_balances(channel, args.balance_entries).await?
+        }
+        _ => crate::seed::Balances::default(),
+    };
+    Ok((seeded, points))
+}
+
 pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let connections = usize::try_from(args.concurrency)?.div_ceil(WORKERS_PER_CONNECTION);
     let mut channels = Vec::new();
@@ -185,13 +245,14 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         );
     }
     let run_id = format!("bench-{:08x}", rand::random::<u32>());
-    let accounts = open_accounts(&channels, args.accounts, args.concurrency, &run_id).await?;
+    let accounts = open_accounts(&channels, args, &run_id).await?;
     let replayable = match args.scenario {
         Scenario::Replay | Scenario::Mixed => {
             prepare_replays(&channels, &accounts, &run_id, args).await?
         }
         _ => Vec::new(),
     };
+    let (seeded, points) = seed_reads(args, &channels, &accounts).await?;
     let follow = match args.watchers {
         0 => None,
         n => Some(Arc::new(Follow::new(usize::try_from(n)?)?)),
@@ -203,6 +264,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         replayable,
         run_id: run_id.clone(),
         follow: follow.clone(),
+        metadata: usize::try_from(args.metadata)?,
+        seeded,
+        balances: points,
     });
 
     let before = match &args.database_url {
@@ -277,6 +341,12 @@ struct Plan {
     run_id: String,
     /// The watchers' shared record, with `--watchers`.
     follow: Option<Arc<Follow>>,
+    /// Pairs of metadata on every Charge.
+    metadata: usize,
+    /// What the read scenarios pick from.
+    seeded: crate::seed::Seeded,
+    /// What the balance scenarios ask of.
+    balances: crate::seed::Balances,
 }
 
 impl Plan {
@@ -527,10 +597,21 @@ async fn watch(
 
 async fn open_accounts(
     channels: &[Channel],
-    n: u64,
-    concurrency: u64,
+    args: &BenchArgs,
     run_id: &str,
 ) -> anyhow::Result<Vec<u64>> {
+    let (n, concurrency) = (args.accounts, args.concurrency);
+    // Accounts with limits are other accounts: their keys say so.
+    let (limits, kind) = if args.limits {
+        let line = pb::AccountLimits {
+            min_balance: -1_000_000,
+            no_min_balance: false,
+            max_balance: Some(i64::MAX / 2),
+        };
+        (Some(line), "open-limited")
+    } else {
+        (None, "open")
+    };
     let ids = Arc::new(Mutex::new(Vec::new()));
     let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -545,9 +626,11 @@ async fn open_accounts(
                 }
                 // Runs share accounts through their keys; one whose key retention
                 // purged is replaced by a new account for this run.
-                let account = match open_account(&mut client, format!("bench-open-{i}")).await {
+                let key = format!("bench-{kind}-{i}");
+                let account = match open_account(&mut client, key, limits).await {
                     Err(status) if expired(&status) => {
-                        open_account(&mut client, format!("{run_id}-open-{i}")).await?
+                        let key = format!("{run_id}-{kind}-{i}");
+                        open_account(&mut client, key, limits).await?
                     }
                     opened => opened?,
                 };
@@ -557,6 +640,7 @@ async fn open_accounts(
                     amount: OPENING_BALANCE,
                     currency: "USD".into(),
                     description: "bench opening balance".into(),
+                    ..Default::default()
                 };
                 match client.credit(fund).await {
                     // Funded when it was opened.
@@ -582,10 +666,13 @@ async fn open_accounts(
 async fn open_account(
     client: &mut LedgerClient<Channel>,
     idempotency_key: String,
+    limits: Option<pb::AccountLimits>,
 ) -> Result<u64, tonic::Status> {
     let open = pb::OpenAccountRequest {
         idempotency_key,
         currency: "USD".into(),
+        limits,
+        ..Default::default()
     };
     let account = client.open_account(open).await?.into_inner().account;
     account
@@ -633,6 +720,17 @@ async fn prepare_replays(
     Ok(requests)
 }
 
+/// `n` pairs of metadata for the call under `key`: its order id, then fixed
+/// tags of a typical length.
+fn tags(key: &str, n: usize) -> BTreeMap<String, String> {
+    (0..n)
+        .map(|i| match i {
+            0 => ("order_id".to_owned(), key.to_owned()),
+            i => (format!("tag-{i}"), format!("value of tag {i}")),
+        })
+        .collect()
+}
+
 fn charge(idempotency_key: String, account_id: u64, amount: i64) -> pb::ChargeRequest {
     pb::ChargeRequest {
         idempotency_key,
@@ -640,6 +738,7 @@ fn charge(idempotency_key: String, account_id: u64, amount: i64) -> pb::ChargeRe
         amount,
         currency: "USD".into(),
         description: String::new(),
+        ..Default::default()
     }
 }
 
@@ -737,6 +836,11 @@ fn choose(plan: &Plan) -> anyhow::Result<(Op, u64)> {
             1,
         ),
         Scenario::Idle => anyhow::bail!("the idle scenario makes no calls"),
+        Scenario::Search => (Op::Search, 1),
+        Scenario::GetEntry => (Op::GetEntry, 1),
+        Scenario::GetAccount => (Op::Read, 1),
+        Scenario::BalanceDeep => (Op::Balance(plan.balances.deep), 1),
+        Scenario::BalanceShallow => (Op::Balance(plan.balances.shallow), 1),
     })
 }
 
@@ -816,6 +920,10 @@ fn pick_other(accounts: &[u64], not: u64) -> anyhow::Result<u64> {
 type Answer = Result<Option<(String, Vec<(u64, i64)>)>, Code>;
 
 /// One operation: one call, or a hold and its capture.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one short arm per operation: a dispatch"
+)]
 async fn one_op(
     mut client: LedgerClient<Channel>,
     plan: &Plan,
@@ -830,7 +938,9 @@ async fn one_op(
     let effect = |entries: Vec<(u64, i64)>| Some((key.to_owned(), entries));
     match op {
         Op::Charge => {
-            let answer = client.charge(charge(key.to_owned(), account, amount)).await;
+            let mut request = charge(key.to_owned(), account, amount);
+            request.metadata = tags(key, plan.metadata);
+            let answer = client.charge(request).await;
             if let Ok(reply) = &answer {
                 plan.replied(measured, reply.get_ref().entry.iter().map(|e| e.entry_id));
             }
@@ -848,6 +958,7 @@ async fn one_op(
                 amount,
                 currency: "USD".into(),
                 description: String::new(),
+                ..Default::default()
             };
             let answer = client.credit(request).await;
             if let Ok(reply) = &answer {
@@ -870,6 +981,8 @@ async fn one_op(
             let answer = client.charge(request).await;
             vec![timed(started, answer.map(|_| None).map_err(|s| s.code()))]
         }
+        Op::Search | Op::GetEntry => vec![timed(started, seeded_read(client, plan, op).await)],
+        Op::Balance(journal) => vec![timed(started, balance_at(client, journal).await)],
         Op::Read => {
             let request = pb::GetAccountRequest {
                 account_id: account,
@@ -885,6 +998,7 @@ async fn one_op(
                 amount,
                 currency: "USD".into(),
                 description: String::new(),
+                ..Default::default()
             };
             let answer = client.transfer(request).await;
             if let Ok(reply) = &answer {
@@ -923,6 +1037,61 @@ async fn one_op(
     }
 }
 
+/// A read of the seeded ledger: a search that must find its order's entries,
+/// or a GetEntry.
+async fn seeded_read(mut client: LedgerClient<Channel>, plan: &Plan, op: Op) -> Answer {
+    use rand::seq::IndexedRandom as _;
+    let answer = if op == Op::Search {
+        let order = rand::random_range(0..plan.seeded.orders.max(1));
+        let request = pb::SearchEntriesRequest {
+            metadata: [("order_id".to_owned(), crate::seed::order_id(order))].into(),
+            ..Default::default()
+        };
+        client.search_entries(request).await.and_then(|reply| {
+            let found = reply.into_inner().entries.len();
+            if found == crate::seed::ENTRIES_PER_ORDER {
+                Ok(())
+            } else {
+                Err(tonic::Status::data_loss(format!(
+                    "a search found {found} entries"
+                )))
+            }
+        })
+    } else {
+        let entry_id = plan
+            .seeded
+            .entry_ids
+            .choose(&mut rand::rng())
+            .copied()
+            .unwrap_or(1);
+        client
+            .get_entry(pb::GetEntryRequest { entry_id })
+            .await
+            .map(drop)
+    };
+    answer.map(|()| None).map_err(|s| s.code())
+}
+
+/// GetBalance of `journal`'s account at a random point within it: by
+/// sequence or by time, one or the other at random.
+async fn balance_at(mut client: LedgerClient<Channel>, journal: crate::seed::Journal) -> Answer {
+    let mut request = pb::GetBalanceRequest {
+        account_id: journal.account,
+        ..Default::default()
+    };
+    if rand::random::<bool>() {
+        request.as_of_sequence = rand::random_range(1..=journal.last_sequence.max(1));
+    } else {
+        let at = rand::random_range(journal.opened..=journal.last.max(journal.opened));
+        request.as_of_time = Some(prost_types::Timestamp {
+            seconds: at.div_euclid(1_000_000),
+            nanos: i32::try_from(at.rem_euclid(1_000_000) * 1000).unwrap_or(0),
+        });
+    }
+    let answer = client.get_balance(request).await;
+    answer.map(|_| None).map_err(|s| s.code())
+}
+
 /// One Post of `legs` (from, to, amount), timed.
 async fn post(
     mut client: LedgerClient<Channel>,
@@ -945,6 +1114,7 @@ async fn post(
             })
             .collect(),
         description: String::new(),
+        ..Default::default()
     };
     let entries = legs
         .iter()
@@ -981,6 +1151,7 @@ async fn hold_then_capture(
             seconds: 600,
             nanos: 0,
         }),
+        ..Default::default()
     };
     let held = client.place_hold(place).await;
     let placed = (
@@ -996,6 +1167,7 @@ async fn hold_then_capture(
         hold_id: reserved.hold_id,
         amount,
         description: String::new(),
+        ..Default::default()
     };
     let captured = client.capture_hold(capture).await;
     if let Ok(reply) = &captured {

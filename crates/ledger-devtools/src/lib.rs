@@ -7,4 +7,5 @@
 pub mod bench;
 pub mod cpu;
 pub mod managed;
+pub mod seed;
 pub mod status;
