@@ -26,6 +26,8 @@
 # Env: GR_BASE ($TMPDIR/gr-cluster)  GR_PREFIX (/opt/mysql-sid)  GR_PORT_BASE (3320 -> 3321..3323)
 #      GR_XCOM_BASE (24900 -> 24901..24903)  GR_GROUP_NAME (fixed uuid)  GR_START_TIMEOUT (120)
 #      GR_EXTRA_CNF (extra [mysqld] lines for all members)
+#      CLOCK_OFFSET (seconds, e.g. -30: the wall clock of the members this run starts, under
+#      libfaketime; `CLOCK_OFFSET=-30 gr-cluster.sh restart-node 3`: a member whose clock drifted)
 set -euo pipefail
 
 BASE=${GR_BASE:-${TMPDIR:-/tmp}/gr-cluster}
@@ -46,6 +48,7 @@ NETNS_PREFIX=lgr NETNS_SUBNET=10.232.0 NETNS_NODES=(1 2 3)
 ROOT=$PREFIX/root
 LIB=$ROOT/usr/lib/x86_64-linux-gnu
 LDSO=$LIB/ld-linux-x86-64.so.2
+FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 MYSQLD=$ROOT/usr/sbin/mysqld
 
 log() { printf '[gr %(%T)T] %s\n' -1 "$*" >&2; }
@@ -193,7 +196,14 @@ launch_member() {
   fi
   rm -f "$(pidfile "$i")"
   log "m$i: starting mysqld on $(addr "$i"):$(port "$i") (xcom $(xcom "$i"))"
-  setsid "${netns[@]}" env -i PATH=/usr/bin:/bin HOME="$BASE" LC_ALL=C GCONV_PATH="$LIB/gconv" ${TZ:+TZ="$TZ"} \
+  # With CLOCK_OFFSET (seconds, e.g. -30), the server runs under libfaketime: its wall clock
+  # that far off, its monotonic clock left alone, as a member whose clock drifted.
+  local clock=()
+  if [ -n "${CLOCK_OFFSET:-}" ]; then
+    [ -e "$FAKETIME_LIB" ] || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libfaketime >/dev/null; }
+    clock=(LD_PRELOAD="$FAKETIME_LIB" FAKETIME="$CLOCK_OFFSET" FAKETIME_DONT_FAKE_MONOTONIC=1)
+  fi
+  setsid "${netns[@]}" env -i PATH=/usr/bin:/bin HOME="$BASE" LC_ALL=C GCONV_PATH="$LIB/gconv" ${TZ:+TZ="$TZ"} "${clock[@]}" \
     "$LDSO" --library-path "$LIB" "$MYSQLD" --defaults-file="$(cnf "$i")" \
     </dev/null >>"$d/log/mysqld.stdout" 2>&1 &
   echo $! > "$d/run/launcher.pid"

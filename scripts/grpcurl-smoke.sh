@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Drives a live `ledger serve` with a real grpcurl, as the README shows: reflection
-# (list, describe), every RPC, a replay with its header, an error with its details,
+# (list, describe), every RPC (a reversal and its second, declined), a replay with its header, an error with its details,
 # the health service and `ledger healthcheck`; then SIGTERM, which must exit 0.
 #
 #   scripts/grpcurl-smoke.sh [path/to/ledger]     (default: target/release/ledger)
@@ -86,6 +86,10 @@ hold2=$($G -d '{"idempotency_key":"hold-2","account_id":1,"amount":5,"currency":
 hold2_id=$(grep -m1 '"holdId"' <<<"$hold2" | grep -oE '[0-9]+')
 expect "VoidHold" '"state": "HOLD_STATE_VOIDED"' \
   $G -d "{\"idempotency_key\":\"void-1\",\"hold_id\":$hold2_id}" "$ADDR" ledger.v1.Ledger/VoidHold
+expect "PlaceHold (third)" '"state": "HOLD_STATE_HELD"' \
+  $G -d '{"idempotency_key":"hold-3","account_id":1,"amount":1,"currency":"USD","ttl":"600s"}' "$ADDR" ledger.v1.Ledger/PlaceHold
+expect "ListHolds: only the open hold" '"idempotencyKey": "hold-3"' \
+  $G -d '{"account_id":1}' "$ADDR" ledger.v1.Ledger/ListHolds
 expect "capture of a voided hold" '"state":"HOLD_STATE_VOIDED"' \
   $G -d "{\"idempotency_key\":\"capture-2\",\"hold_id\":$hold2_id,\"amount\":1}" "$ADDR" ledger.v1.Ledger/CaptureHold
 expect "GetEntry" '"kind": "ENTRY_KIND_CHARGE"' \
@@ -107,6 +111,13 @@ expect "Post" '"leg": 1' \
 expect "a post with a declined leg" '"leg":"1"' \
   $G -d '{"idempotency_key":"sale-2","legs":[{"from_account_id":2,"to_account_id":3,"amount":1,"currency":"USD"},{"from_account_id":3,"to_account_id":1,"amount":1000,"currency":"USD"}]}' \
   "$ADDR" ledger.v1.Ledger/Post
+# The sale reversed: its mirrors, last leg first, name the entries they undo; a
+# second reversal is declined and names the first.
+expect "Reverse" '"reversesEntryId": "[0-9]+"' \
+  $G -d '{"idempotency_key":"undo-sale-1","original_key":"sale-1","description":"cancelled"}' \
+  "$ADDR" ledger.v1.Ledger/Reverse
+expect "a second reversal" '"reason":"ALREADY_REVERSED"' \
+  $G -d '{"idempotency_key":"undo-sale-1-again","original_key":"sale-1"}' "$ADDR" ledger.v1.Ledger/Reverse
 expect "LookupKey" '"method": "/ledger.v1.Ledger/Charge"' \
   $G -d '{"idempotency_key":"req-42"}' "$ADDR" ledger.v1.Ledger/LookupKey
 expect "LookupKey of an unused key" '"reason":"KEY_NOT_FOUND"' \
@@ -116,6 +127,32 @@ expect "describe WatchEntries" 'rpc WatchEntries \( \.ledger\.v1\.WatchEntriesRe
   $G "$ADDR" describe ledger.v1.Ledger
 expect "WatchEntries of an unknown account" '"reason":"ACCOUNT_NOT_FOUND"' \
   $G -d '{"account_id":999}' "$ADDR" ledger.v1.Ledger/WatchEntries
+# Limits: a funding account with no floor, a customer on a credit line, a transfer
+# between them, a debit past the floor and a change of limits.
+expect "OpenAccount with no floor" '"noMinBalance": true' \
+  $G -d '{"idempotency_key":"open-funding","currency":"USD","limits":{"no_min_balance":true}}' "$ADDR" ledger.v1.Ledger/OpenAccount
+expect "OpenAccount on a credit line" '"minBalance": "-5000"' \
+  $G -d '{"idempotency_key":"open-customer","currency":"USD","limits":{"min_balance":-5000,"max_balance":250000}}' "$ADDR" ledger.v1.Ledger/OpenAccount
+expect "Transfer from the funding account" '"balanceAfter": "-1000"' \
+  $G -d '{"idempotency_key":"fund-customer","from_account_id":4,"to_account_id":5,"amount":1000,"currency":"USD"}' "$ADDR" ledger.v1.Ledger/Transfer
+expect "a debit past the floor" '"min_balance":"-5000"' \
+  $G -d '{"idempotency_key":"big-buy","account_id":5,"amount":6001,"currency":"USD"}' "$ADDR" ledger.v1.Ledger/Charge
+expect "SetLimits" '"kind": "ENTRY_KIND_LIMITS"' \
+  $G -d '{"idempotency_key":"line-2","account_id":5,"limits":{"min_balance":-10000,"max_balance":250000}}' "$ADDR" ledger.v1.Ledger/SetLimits
+# Metadata: a charge tagged with its order id, found by it at once.
+expect "Charge with metadata" '"order_id": "A-1001"' \
+  $G -d '{"idempotency_key":"sale-18","account_id":5,"amount":25,"currency":"USD","metadata":{"order_id":"A-1001"}}' "$ADDR" ledger.v1.Ledger/Charge
+expect "SearchEntries" '"idempotencyKey": "sale-18"' \
+  $G -d '{"metadata":{"order_id":"A-1001"}}' "$ADDR" ledger.v1.Ledger/SearchEntries
+# Balances at a point: now, after a sequence, and one not reached.
+expect "GetBalance now" '"balance": "975"' \
+  $G -d '{"account_id":5}' "$ADDR" ledger.v1.Ledger/GetBalance
+expect "GetBalance at a sequence" '"sequence": "2"' \
+  $G -d '{"account_id":1,"as_of_sequence":2}' "$ADDR" ledger.v1.Ledger/GetBalance
+expect "GetBalance not reached" '"reason":"POINT_NOT_REACHED"' \
+  $G -d '{"account_id":1,"as_of_sequence":999999}' "$ADDR" ledger.v1.Ledger/GetBalance
+expect "ListAccounts" '"accountId": "1"' \
+  $G -d '{}' "$ADDR" ledger.v1.Ledger/ListAccounts
 expect "health" '"status": "SERVING"' \
   $G -d '{"service":"ledger.v1.Ledger"}' "$ADDR" grpc.health.v1.Health/Check
 "$LEDGER" healthcheck --listen "$ADDR" && echo "ok: ledger healthcheck"

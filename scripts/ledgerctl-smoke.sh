@@ -3,7 +3,8 @@
 # docs/client.md shows it: accounts opened, a credit, a charge and its replay,
 # the account read, the key looked up (its stored reply decoded), a post, a
 # decline with exit code 1, and the change stream read with watch-entries
-# --limit (as a table and as JSON Lines).
+# --limit (as a table and as JSON Lines), the post reversed and a second reversal
+# declined, and limits: accounts opened with them, a debit past a floor, set-limits.
 #
 #   scripts/ledgerctl-smoke.sh [path/to/ledger [path/to/ledgerctl]]
 #       (default: target/release/ledger and target/release/ledgerctl; the latter
@@ -75,6 +76,32 @@ grep -q '"kind":"ENTRY_KIND_TRANSFER_OUT".*"sequence":"6"' <<<"$(tail -n1 <<<"$o
 echo "ok: watch-entries -o json, one account"
 expect "watch-entries of an unknown account exits 1" 1 'ACCOUNT_NOT_FOUND' \
   ctl watch-entries --account-id 999 --limit 1
+# The post reversed, each mirror naming the entry it undoes; a second reversal
+# exits 1 naming the first.
+expect "reverse" 0 '^  reverses_entry_id +[0-9]+$' \
+  ctl reverse --key undo-sale-17 --original-key sale-17
+expect "a second reversal exits 1" 1 '^reversal_key +undo-sale-17$' \
+  ctl reverse --key undo-sale-17-again --original-key sale-17
+# Limits: a funding account with no floor, a customer on a credit line, a transfer
+# between them, a debit past the floor and the line widened.
+expect "open-account with no floor" 0 '^  limits +no floor, no ceiling$' \
+  ctl open-account --key open-funding --currency USD --no-min-balance
+expect "open-account on a credit line" 0 '^  limits +floor -5000, ceiling 250000$' \
+  ctl open-account --key open-customer --currency USD --min-balance -5000 --max-balance 250000
+expect "a transfer from the funding account" 0 '^  balance_after +-1000 USD' \
+  ctl transfer --key fund-customer --from-account-id 4 --to-account-id 5 --amount 1000 --currency USD
+expect "a debit past the floor exits 1" 1 '^min_balance +-5000$' \
+  ctl charge --key big-buy --account-id 5 --amount 6001 --currency USD
+expect "set-limits" 0 '^  kind +ENTRY_KIND_LIMITS$' \
+  ctl set-limits --key line-2 --account-id 5 --min-balance -10000 --max-balance 250000
+expect "a charge tagged with metadata" 0 'order_id' \
+  ctl charge --key order-1001 --account-id 5 --amount 25 --currency USD --metadata order_id=A-1001
+expect "search-entries" 0 '^  idempotency_key +order-1001$' \
+  ctl search-entries --metadata order_id=A-1001
+expect "list-accounts" 0 '^  account_id +5$' ctl list-accounts
+expect "get-balance now" 0 '^balance +975 USD' ctl get-balance --account-id 5
+expect "get-balance not reached exits 1" 1 '^reason +POINT_NOT_REACHED$' \
+  ctl get-balance --account-id 5 --as-of-sequence 999999
 
 kill -TERM $pid
 wait $pid || fail "ledger serve exited with $? on SIGTERM"
