@@ -210,13 +210,17 @@ pub async fn random_history(a: &Channel, b: &Channel, calls: usize, seed: u64) -
 /// `channels` and holds each answer against a replay of its journal: each
 /// entry's sequence and time, the points just before them, before the first
 /// entry, the ledger's last sequence, now, points not reached yet, a time before
-/// the account was opened, and both points at once.
+/// the account was opened, and both points at once. A time before the opening
+/// answers `ACCOUNT_NOT_FOUND`: that is also the point just before the first
+/// entry when a node whose clock is behind stamped it at the opening's time.
 pub async fn assert_every_point_replays(channels: &[Channel], history: &History) {
     let first = &channels[0];
     let account = history.main;
     let journal = journal(first, account).await;
     assert!(journal.len() > 10, "a history of {} entries", journal.len());
     let expect = |upto: Option<usize>| replayed(account, "USD", history.opening, &journal, upto);
+    // At a time before the account was opened there is no account.
+    let expect_at = |t: i64, upto: Option<usize>| (t >= history.opened_at).then(|| expect(upto));
     // The last entry numbered up to `n`, and stamped up to `t`.
     let by_sequence = |n: u64| journal.iter().rposition(|e| e.sequence <= n);
     let by_time = |t: i64| {
@@ -224,7 +228,7 @@ pub async fn assert_every_point_replays(channels: &[Channel], history: &History)
             .iter()
             .rposition(|e| micros(e.created_at.as_ref().unwrap()) <= t)
     };
-    let mut points = vec![(Point::Now, expect(Some(journal.len() - 1)))];
+    let mut points = vec![(Point::Now, Some(expect(Some(journal.len() - 1))))];
     for entry in &journal {
         let at = micros(entry.created_at.as_ref().unwrap());
         // Sequence 0 is not a point: it asks for now.
@@ -232,25 +236,31 @@ pub async fn assert_every_point_replays(channels: &[Channel], history: &History)
             .into_iter()
             .filter(|n| *n > 0)
         {
-            points.push((Point::Sequence(n), expect(by_sequence(n))));
+            points.push((Point::Sequence(n), Some(expect(by_sequence(n)))));
         }
         for t in [at, at - 1] {
-            points.push((Point::Micros(t), expect(by_time(t))));
+            points.push((Point::Micros(t), expect_at(t, by_time(t))));
         }
     }
+    let opened_at = history.opened_at;
     points.push((
-        Point::Micros(history.opened_at),
-        expect(by_time(history.opened_at)),
+        Point::Micros(opened_at),
+        expect_at(opened_at, by_time(opened_at)),
     ));
     for channel in channels {
         for round in 0..2 {
             for (point, expected) in &points {
                 let got = get_balance(channel, account, *point).await;
-                assert_eq!(
-                    got.as_ref().ok(),
-                    Some(expected),
-                    "{point:?}, round {round}: {got:?}"
-                );
+                if expected.is_some() {
+                    assert_eq!(
+                        got.as_ref().ok(),
+                        expected.as_ref(),
+                        "{point:?}, round {round}: {got:?}"
+                    );
+                } else {
+                    let status = got.expect_err("a point before the opening");
+                    assert_eq!(reason(&status), "ACCOUNT_NOT_FOUND", "{point:?}");
+                }
             }
         }
     }
