@@ -14,7 +14,8 @@
 # server's peak RSS and CPU time per measured call (from /proc, over the measured
 # calls only). The change stream: unique
 # keys with 4 WatchEntries streams attached (the lag from each reply to its
-# entry's arrival, every watcher checked for contiguous sequences), and the
+# entry's arrival, every watcher checked for contiguous sequences), on the
+# instance that writes and on a second instance of the same ledger, and the
 # database server's CPU with 64 idle streams against none. Its A/B with spread:
 # scripts/stream-ab.sh.
 #
@@ -83,6 +84,18 @@ scenario "hold-capture, $accounts accounts" "$conc" "$accounts" --scenario hold-
 scenario "post, $accounts buyers" "$conc" "$accounts" --scenario post >>"$results"
 scenario "post-256, $accounts accounts" "$conc" "$accounts" --scenario post-256 >>"$results"
 scenario "unique, 4 watchers" "$conc" "$accounts" --scenario unique --watchers 4 >>"$results"
+# The same with the watchers on a second instance of the ledger: the first holds
+# the stream's assigner lease, so the second learns of each entry by reading.
+log "a second ledger serve on the same database, for the watchers"
+port2=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+RUST_LOG=warn "$bin" serve --listen "127.0.0.1:$port2" --database-url "$db_url" --pool-size 8 \
+  >"$work/serve2.log" 2>&1 &
+server2=$!
+trap 'kill $server $server2 2>/dev/null; wait $server $server2 2>/dev/null; rm -rf "$work"' EXIT
+wait_serving "$port2" "$server2" "$work/serve2.log"
+scenario "unique, 4 watchers elsewhere" "$conc" "$accounts" --scenario unique --watchers 4 \
+  --watch-target "http://127.0.0.1:$port2" >>"$results"
+kill "$server2" && wait "$server2" || true
 scenario "unique, 3 pairs of metadata" "$conc" "$accounts" --scenario unique --metadata 3 >>"$results"
 log "a ledger of $ledger_entries entries, tagged 10 per order id (posted once)"
 scenario "search (10 entries), $ledger_entries entries" "$conc" "$accounts" --scenario search \
@@ -152,8 +165,9 @@ for r in results:
 print()
 for r in results:
     if "lag_p50_ms" in r:
-        print(f"stream lag, {r['name']}: reply to arrival p50 {r['lag_p50_ms']:.2f} ms (target 20), "
-              f"p99 {r['lag_p99_ms']:.2f} ms (target 100), max {r['lag_max_ms']:.2f} ms, "
+        p50, p99 = (10, 50) if r["name"].endswith("elsewhere") else (20, 100)
+        print(f"stream lag, {r['name']}: reply to arrival p50 {r['lag_p50_ms']:.2f} ms (target {p50}), "
+              f"p99 {r['lag_p99_ms']:.2f} ms (target {p99}), max {r['lag_max_ms']:.2f} ms, "
               f"{r['lag_entries']} entries; every watcher's sequences contiguous")
 print(f"database CPU over {idle_secs} s: {idle_none:.2f}% of a core with no stream, {idle_held:.2f}% with 64 idle "
       f"streams: {idle_held - idle_none:+.2f}% (target 5%)")

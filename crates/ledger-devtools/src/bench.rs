@@ -30,7 +30,8 @@
 //! Watcher 0 measures the lag of each entry a measured call wrote: from the
 //! instant its reply arrived to the instant the entry arrived on the stream. Every
 //! watcher must see contiguous sequences, and all of them must reach the last
-//! entry, or the run fails.
+//! entry, or the run fails. `--watch-target` attaches them to another instance
+//! of the same ledger.
 //!
 //! Accounts are opened and funded with fixed keys, so a second run replays its
 //! set-up instead of repeating it. With `--database-url`, the run ends with a
@@ -110,6 +111,11 @@ pub struct BenchArgs {
     /// measures the lag from each call's reply to its entries' arrival
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1024))]
     pub watchers: u64,
+    /// The instance the `--watchers` streams attach to, when not `--target`:
+    /// another instance of the same ledger, which learns of new entries from the
+    /// database rather than from its own writers
+    #[arg(long, value_name = "URL")]
+    pub watch_target: Option<String>,
     /// Open the accounts with limits other than the defaults (a credit line of
     /// 1,000,000 and a ceiling a run never reaches), as a ledger that uses
     /// limits keeps them on every account (a server without limits opens them
@@ -520,14 +526,15 @@ async fn attach(
         }
         None => 0,
     };
+    let target = args.watch_target.as_ref().unwrap_or(&args.target);
     let mut channels = Vec::new();
     for _ in 0..follow.reached.len().div_ceil(WORKERS_PER_CONNECTION) {
         channels.push(
-            Endpoint::from_shared(args.target.clone())?
+            Endpoint::from_shared(target.clone())?
                 .tcp_nodelay(true)
                 .connect()
                 .await
-                .with_context(|| format!("cannot connect to {}", args.target))?,
+                .with_context(|| format!("cannot connect to {target}"))?,
         );
     }
     let watchers: Vec<_> = (0..follow.reached.len())

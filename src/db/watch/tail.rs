@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::super::{Persistence, WeakPersistence};
@@ -31,6 +32,14 @@ pub(crate) const BATCH_LIMIT: u32 = 1000;
 /// by one instance of the fleet, so the others learn of new numbers only by
 /// reading. One indexed read that finds nothing when nothing is new.
 const POLL: Duration = Duration::from_millis(25);
+/// How often it looks while another instance's assigner is numbering: for
+/// [`BUSY_FOR`] after a read it was not woken for found entries. A watcher on an
+/// instance that does not number sees an entry about this long after one that
+/// does; a quiet ledger is polled at [`POLL`] as before.
+const BUSY_POLL: Duration = Duration::from_millis(2);
+/// How long the tail polls at [`BUSY_POLL`] after the last entries another
+/// instance numbered: a few of the assigner's rounds.
+const BUSY_FOR: Duration = Duration::from_millis(100);
 /// How long the tail waits after a failed read (the database is down, or a
 /// broken invariant): it logs each failure, and should not do so 200 times a
 /// second.
@@ -209,6 +218,10 @@ async fn run(shared: Arc<Shared>, db: WeakPersistence) {
         tail.shared.lock().running = false;
         return;
     };
+    // Whether this read follows a wake of the local assigner, and until when
+    // entries numbered elsewhere keep the poll short.
+    let mut woken = false;
+    let mut busy_until = Instant::now();
     loop {
         {
             let mut state = tail.shared.lock();
@@ -222,27 +235,45 @@ async fn run(shared: Arc<Shared>, db: WeakPersistence) {
             return;
         };
         let pause = match read(&tail, &db, &mut last).await {
-            Ok(true) => Duration::ZERO,
-            Ok(false) => POLL,
+            Ok(Found::Full) => Duration::ZERO,
+            Ok(found) => {
+                if found == Found::Some && !woken {
+                    busy_until = Instant::now() + BUSY_FOR;
+                }
+                if Instant::now() < busy_until {
+                    BUSY_POLL
+                } else {
+                    POLL
+                }
+            }
             Err(error) => {
                 tracing::warn!(error = %error, "the change stream's tail could not read");
                 AFTER_FAILURE
             }
         };
         drop(db);
+        woken = false;
         if !pause.is_zero() {
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
-                Ok(()) = assigned.changed() => {}
+                Ok(()) = assigned.changed() => woken = true,
                 () = tail.shared.closing.cancelled() => {}
             }
         }
     }
 }
 
-/// One tick: the entries numbered after `last`, published as one batch. True when
-/// the read was full (more are waiting).
-async fn read(tail: &Tail, db: &Persistence, last: &mut Option<u64>) -> Result<bool, Error> {
+/// What one read of the tail found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    None,
+    Some,
+    /// As many as one read takes: more are waiting.
+    Full,
+}
+
+/// One tick: the entries numbered after `last`, published as one batch.
+async fn read(tail: &Tail, db: &Persistence, last: &mut Option<u64>) -> Result<Found, Error> {
     tail.shared.ticks.fetch_add(1, Ordering::Relaxed);
     let mut conn = db.read_conn(&Call::unbounded()).await?;
     let after = if let Some(after) = *last {
@@ -255,7 +286,13 @@ async fn read(tail: &Tail, db: &Persistence, last: &mut Option<u64>) -> Result<b
     tail.counted_read();
     let found = entries::numbered(&mut conn, after, u64::MAX, BATCH_LIMIT).await?;
     drop(conn);
-    let full = found.len() == BATCH_LIMIT as usize;
+    let outcome = if found.len() == BATCH_LIMIT as usize {
+        Found::Full
+    } else if found.is_empty() {
+        Found::None
+    } else {
+        Found::Some
+    };
     // Numbering commits a contiguous prefix, so what a read finds follows `after`
     // without a hole; should it not, only the part that does is published, and the
     // hole is reported.
@@ -281,6 +318,6 @@ async fn read(tail: &Tail, db: &Persistence, last: &mut Option<u64>) -> Result<b
         Some(missing) => Err(Error::internal(format!(
             "sequence {missing} is missing from the change stream, below a higher one"
         ))),
-        None => Ok(full),
+        None => Ok(outcome),
     }
 }
