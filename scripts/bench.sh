@@ -12,7 +12,8 @@
 # concurrency and account counts. Then `ledger bench` runs each scenario and the
 # table reports throughput, its ratio to the ceilings, p50/p99 latency, and the
 # server's peak RSS and CPU time per measured call (from /proc, over the measured
-# calls only). The change stream: unique
+# calls only), and its RSS idle before the scenarios and 10 s after post-256
+# (what the largest posts leave behind). The change stream: unique
 # keys with 4 WatchEntries streams attached (the lag from each reply to its
 # entry's arrival, every watcher checked for contiguous sequences), on the
 # instance that writes and on a second instance of the same ledger, and the
@@ -48,6 +49,7 @@ db_pid=$(pgrep -P "$server" | head -1)
 [ -n "$db_pid" ] || fail "no database server under ledger serve"
 reset_peak() { echo 5 > "/proc/$server/clear_refs"; }
 peak_kib() { awk '/VmHWM/ {print $2}' "/proc/$server/status"; }
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 
 # scenario NAME CONCURRENCY ACCOUNTS [bench args...]: one JSON line, with the CPU
 # per measured call of the service, the database server and the load generator
@@ -70,6 +72,7 @@ PY
 }
 
 results=$work/results.jsonl
+idle_kib=$(rss_kib)
 log "service scenarios on $flavor (concurrency $conc, $secs s each)"
 scenario "unique, $accounts accounts" "$conc" "$accounts" --scenario unique >>"$results"
 scenario "unique, 1 hot account" "$conc" 1 --scenario unique >>"$results"
@@ -83,6 +86,9 @@ scenario "hot-merchant, $accounts payers" "$conc" "$accounts" --scenario hot-mer
 scenario "hold-capture, $accounts accounts" "$conc" "$accounts" --scenario hold-capture >>"$results"
 scenario "post, $accounts buyers" "$conc" "$accounts" --scenario post >>"$results"
 scenario "post-256, $accounts accounts" "$conc" "$accounts" --scenario post-256 >>"$results"
+# What the largest posts leave behind once the service is idle again.
+sleep 10
+after_kib=$(rss_kib)
 scenario "unique, 4 watchers" "$conc" "$accounts" --scenario unique --watchers 4 >>"$results"
 # The same with the watchers on a second instance of the ledger: the first holds
 # the stream's assigner lease, so the second learns of each entry by reading.
@@ -138,11 +144,13 @@ PY
   done
 fi
 
-python3 - "$results" "$ceilings" "$accounts" "$flavor" "$conc" "$idle_none" "$idle_held" "$idle_secs" <<'PY'
+python3 - "$results" "$ceilings" "$accounts" "$flavor" "$conc" "$idle_none" "$idle_held" "$idle_secs" \
+  "$idle_kib" "$after_kib" <<'PY'
 import json, sys
 results = [json.loads(l) for l in open(sys.argv[1])]
 ceil, accounts, flavor, conc = json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4], sys.argv[5]
 idle_none, idle_held, idle_secs = float(sys.argv[6]), float(sys.argv[7]), sys.argv[8]
+idle_mib, after_mib = int(sys.argv[9]) / 1024, int(sys.argv[10]) / 1024
 def ratio(rate, key):
     return f"{rate / ceil[key]:.2f}x" if key in ceil else "-"
 for k, v in sorted(ceil.items()):
@@ -169,6 +177,9 @@ for r in results:
         print(f"stream lag, {r['name']}: reply to arrival p50 {r['lag_p50_ms']:.2f} ms (target {p50}), "
               f"p99 {r['lag_p99_ms']:.2f} ms (target {p99}), max {r['lag_max_ms']:.2f} ms, "
               f"{r['lag_entries']} entries; every watcher's sequences contiguous")
+post256 = next(r for r in results if r["name"].startswith("post-256"))
+print(f"memory: {idle_mib:.1f} MiB idle before the scenarios; post-256 peak {post256['peak_rss_mib']:.1f} MiB; "
+      f"10 s after it {after_mib:.1f} MiB ({after_mib - idle_mib:+.1f} MiB over idle, target 10)")
 print(f"database CPU over {idle_secs} s: {idle_none:.2f}% of a core with no stream, {idle_held:.2f}% with 64 idle "
       f"streams: {idle_held - idle_none:+.2f}% (target 5%)")
 print(f"\n{flavor}, durable commits, concurrency {conc}; server, database and load generator on one machine;"

@@ -16,7 +16,7 @@ mod support;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable as _;
-use support::{Config, Gate, TestApp, TestDb, charge, number_entries, raw_call, scrape};
+use support::{Config, Gate, TestApp, TestDb, charge, leg, number_entries, post, raw_call, scrape};
 
 fn free_addr() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -129,6 +129,38 @@ async fn metrics_count_calls_replays_reuses_lock_waits_and_retries() {
     assert_eq!(value("ledger_stream_watchers"), 1);
     assert_eq!(value("ledger_stream_entries_total"), watched);
     stream_metrics(&db, metrics).await;
+    a_large_post_retires_its_connection(&app, metrics).await;
+}
+
+/// The calls so far left every connection pooled; a post of 256 legs to 256
+/// accounts (a batch of a few hundred kilobytes) closes the connection it
+/// committed on.
+async fn a_large_post_retires_its_connection(app: &TestApp, metrics: std::net::SocketAddr) {
+    let retired = |m: &std::collections::HashMap<String, u64>| {
+        m.get("ledger_db_connections_retired_total")
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(retired(&scrape(metrics).await), 0);
+    let source = app.funded_account("USD", 1_000_000).await;
+    let mut sinks = Vec::new();
+    for _ in 0..256 {
+        sinks.push(app.funded_account("USD", 0).await);
+    }
+    let legs = sinks.iter().map(|sink| leg(source, *sink, 1)).collect();
+    let mut client = app.client().await;
+    let reply = client.post(post("large", legs)).await.unwrap().into_inner();
+    assert_eq!(reply.entries.len(), 512);
+    assert_eq!(retired(&scrape(metrics).await), 1);
+    client
+        .charge(charge("after-large", sinks[0], 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        retired(&scrape(metrics).await),
+        1,
+        "a charge's batch is small"
+    );
 }
 
 /// A watcher of every account that has read every entry there is (numbered

@@ -20,6 +20,7 @@ const PHASE_SECONDS: &str = "ledger_transaction_phase_seconds";
 const BATCH_SPLITS: &str = "ledger_batch_splits_total";
 const BATCH_WAITING: &str = "ledger_batch_waiting_calls";
 const BATCH_STALLS: &str = "ledger_batch_stalls_total";
+const CONNECTIONS_RETIRED: &str = "ledger_db_connections_retired_total";
 const ID_BLOCK_WAITS: &str = "ledger_id_block_waits_total";
 const KEYS_PURGED: &str = "ledger_keys_purged_total";
 const OLDEST_KEY_AGE: &str = "ledger_oldest_key_age_seconds";
@@ -117,6 +118,10 @@ fn describe() {
         "group-commit batches that outlasted the stall bound and ran on apart from their writer"
     );
     describe_counter!(
+        CONNECTIONS_RETIRED,
+        "keyed connections closed after a commit rather than pooled, because its batch was large enough to leave megabytes of buffers on them"
+    );
+    describe_counter!(
         ID_BLOCK_WAITS,
         "blocks of ids a reservation waited for, by kind (accounts, entries, holds): the block taken ahead was not there yet"
     );
@@ -211,6 +216,10 @@ impl Phase {
 #[expect(clippy::cast_precision_loss, reason = "a count of waiting calls")]
 pub fn batch_waiting(calls: isize) {
     gauge!(BATCH_WAITING).increment(calls as f64);
+}
+
+pub fn connection_retired() {
+    counter!(CONNECTIONS_RETIRED).increment(1);
 }
 
 pub fn batch_split() {

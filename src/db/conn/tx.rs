@@ -20,11 +20,21 @@ use super::failure::{AttemptError, Failure, Step, StepError, classify};
 use super::pool::Pool;
 use super::sql::Sql;
 use crate::error::{Error, Recorded};
+use crate::telemetry::metrics;
 
 /// How much longer than its lock wait a statement may go unanswered before the
 /// database counts as silent. No statement of the service does work that takes
 /// seconds; only a lock wait does.
 pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(3);
+
+/// A final batch longer than this leaves its connection to be closed rather than
+/// pooled. A connection keeps buffers as large as the largest statement it sent
+/// (its packet codec's) and the statements it prepared for the rows it locked (a
+/// 256-leg post's lists of 512 ids): kept, a pool that once served such posts
+/// would hold some megabytes per connection for good. Closed, the next call opens
+/// a fresh one; a batch this long writes hundreds of rows, so the reconnect is a
+/// small share of its cost. Group commit's batches of charges stay below it.
+pub(crate) const LARGE_BATCH: usize = 128 * 1024;
 
 /// How the final batch ended.
 #[derive(Debug)]
@@ -144,7 +154,13 @@ impl<'c> Tx<'c> {
     /// before the COMMIT can raise.
     pub(crate) async fn commit(mut self, sql: &str, guarded: bool) -> Committed {
         let failure = match self.batch(Step::Commit, sql).await {
-            Ok(()) => return Committed::Yes,
+            Ok(()) => {
+                if sql.len() > LARGE_BATCH {
+                    connection::discard(self.conn);
+                    metrics::connection_retired();
+                }
+                return Committed::Yes;
+            }
             Err(failure) => failure,
         };
         let failed_statement = matches!(failure, Failure::Db(_));
