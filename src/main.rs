@@ -75,22 +75,14 @@ fn usage_error(e: &clap::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// The process's memory settings, made before any thread starts (docs/operations.md,
-/// "Memory"): what a burst of large posts allocated goes back to the system once
-/// they are answered, rather than staying with the process for good.
+/// "Memory").
 #[allow(unsafe_code)]
 mod memory {
-    /// mimalloc's `mi_option_purge_delay` (v3's mimalloc.h), milliseconds; by
-    /// default 1000, the only option with that default.
-    pub(super) const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
     /// mysql_async keeps up to `MYSQL_ASYNC_BUFFER_POOL_CAP` packet buffers for
     /// the whole process, each up to `MYSQL_ASYNC_BUFFER_SIZE_CAP` (by default 128
-    /// of 4 MiB); it reads both once, at its first connection. An operator's
-    /// values stand.
+    /// of 4 MiB, which a burst of large posts fills for good); it reads both once,
+    /// at its first connection. An operator's values stand.
     const MYSQL_BUFFERS: [(&str, &str); 2] = [
         ("MYSQL_ASYNC_BUFFER_POOL_CAP", "64"),
         ("MYSQL_ASYNC_BUFFER_SIZE_CAP", "65536"),
@@ -104,26 +96,11 @@ mod memory {
                 unsafe { std::env::set_var(name, value) };
             }
         }
-        // With mimalloc's delay, pages a worker freed before it went idle were
-        // measured to stay with the process; purged at once, they return.
-        // SAFETY: sets one of mimalloc's options; any value is valid.
-        unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 0) };
     }
 }
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    #[allow(unsafe_code)]
-    fn the_purge_delay_is_mimallocs_option_of_that_name() {
-        // Its default (1000 ms), which no other option has, before any set.
-        // SAFETY: reads one of mimalloc's options.
-        assert_eq!(
-            unsafe { libmimalloc_sys::mi_option_get(super::memory::PURGE_DELAY) },
-            1000
-        );
-    }
-
     #[test]
     fn the_cli_with_its_tools_is_well_formed() {
         use clap::CommandFactory as _;
