@@ -101,11 +101,13 @@ mod memory {
 
     /// glibc's malloc returns the pages of a freed block to the system only from
     /// the top of a heap, and above a threshold that grows with the largest block
-    /// freed (up to 64 MiB): what a burst of large calls freed in the middle of its
+    /// freed (up to 64 MiB): what a burst of calls freed in the middle of its
     /// arenas stays resident after they are answered. A thread looks once a second
-    /// at how much the arenas hold free and, past `HELD_FREE`, gives those pages
-    /// back (`malloc_trim`, which keeps the blocks; the next burst faults them in
-    /// again).
+    /// at the arenas and, when they hold more than `HELD_FREE` free and anything
+    /// was allocated or freed since it last looked, gives the free pages back
+    /// (`malloc_trim`, which keeps the blocks, free, without their pages; the
+    /// next burst faults them in again). Under steady load the arenas hold a MiB
+    /// or two free, so the thread only looks.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     pub(super) fn return_freed_pages() {
         use std::time::Duration;
@@ -114,14 +116,17 @@ mod memory {
         const HELD_FREE: usize = 4 << 20;
 
         let spawned = std::thread::Builder::new().name("memory".into()).spawn(|| {
+            let mut last = (0, 0);
             loop {
                 std::thread::sleep(EVERY);
                 // SAFETY: both only read and adjust the allocator's own state,
                 // under its locks; neither touches a block in use.
-                let held = unsafe { libc::mallinfo2() }.fordblks;
-                if held > HELD_FREE {
+                let arenas = unsafe { libc::mallinfo2() };
+                let now = (arenas.fordblks, arenas.uordblks);
+                if arenas.fordblks > HELD_FREE && now != last {
                     unsafe { libc::malloc_trim(0) };
                 }
+                last = now;
             }
         });
         if let Err(e) = spawned {
