@@ -31,7 +31,9 @@
 //! instant its reply arrived to the instant the entry arrived on the stream. Every
 //! watcher must see contiguous sequences, and all of them must reach the last
 //! entry, or the run fails. `--watch-target` attaches them to another instance
-//! of the same ledger.
+//! of the same ledger. `--slow-watchers N` makes the last N of them slow readers
+//! (one entry per `SLOW_READ`): they must see contiguous sequences too, but are
+//! not waited for; they load the server with streams whose buffers stay full.
 //!
 //! Accounts are opened and funded with fixed keys, so a second run replays its
 //! set-up instead of repeating it. With `--database-url`, the run ends with a
@@ -116,6 +118,10 @@ pub struct BenchArgs {
     /// database rather than from its own writers
     #[arg(long, value_name = "URL")]
     pub watch_target: Option<String>,
+    /// Of the `--watchers`, how many read slowly (one entry every 5 ms, far
+    /// behind the load) and are not waited for at the end
+    #[arg(long, default_value_t = 0)]
+    pub slow_watchers: u64,
     /// Open the accounts with limits other than the defaults (a credit line of
     /// 1,000,000 and a ceiling a run never reaches), as a ledger that uses
     /// limits keeps them on every account (a server without limits opens them
@@ -259,9 +265,16 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         _ => Vec::new(),
     };
     let (seeded, points) = seed_reads(args, &channels, &accounts).await?;
+    anyhow::ensure!(
+        args.slow_watchers == 0 || args.slow_watchers < args.watchers,
+        "--slow-watchers must leave at least one of the --watchers reading at speed"
+    );
     let follow = match args.watchers {
         0 => None,
-        n => Some(Arc::new(Follow::new(usize::try_from(n)?)?)),
+        n => Some(Arc::new(Follow::new(
+            usize::try_from(n - args.slow_watchers)?,
+            usize::try_from(args.slow_watchers)?,
+        )?)),
     };
     let plan = Arc::new(Plan {
         scenario: args.scenario,
@@ -385,19 +398,23 @@ struct Follow {
     matched: AtomicU64,
     /// Streams that have answered their request.
     open: AtomicU64,
-    /// The highest sequence each watcher received.
+    /// The highest sequence each watcher received: the ones reading at speed,
+    /// then the slow ones.
     reached: Vec<AtomicU64>,
+    /// How many of them read at speed (the first ones); the run waits for those.
+    fast: usize,
 }
 
 impl Follow {
-    fn new(watchers: usize) -> anyhow::Result<Self> {
+    fn new(fast: usize, slow: usize) -> anyhow::Result<Self> {
         Ok(Self {
             pending: std::sync::Mutex::default(),
             lag: std::sync::Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3)?),
             replied: AtomicU64::new(0),
             matched: AtomicU64::new(0),
             open: AtomicU64::new(0),
-            reached: (0..watchers).map(|_| AtomicU64::new(0)).collect(),
+            reached: (0..fast + slow).map(|_| AtomicU64::new(0)).collect(),
+            fast,
         })
     }
 
@@ -465,6 +482,7 @@ impl Follow {
                 && self
                     .reached
                     .iter()
+                    .take(self.fast)
                     .all(|r| r.load(Ordering::Relaxed) >= first)
             {
                 break Ok(());
@@ -507,6 +525,9 @@ impl Follow {
 /// How long the watchers get, after the last call, to receive its entries.
 const DRAIN: Duration = Duration::from_secs(15);
 
+/// How long a slow watcher takes over each entry.
+const SLOW_READ: Duration = Duration::from_millis(5);
+
 /// Opens the `--watchers` streams, every account's, after the highest sequence
 /// (from the database, else 0), and returns once every one has answered.
 async fn attach(
@@ -527,19 +548,28 @@ async fn attach(
         None => 0,
     };
     let target = args.watch_target.as_ref().unwrap_or(&args.target);
+    // The slow watchers read on connections of their own, as slow clients would:
+    // on a shared one, the data they leave unread holds the connection's flow
+    // control window, and the fast watchers beside them wait for it.
+    let slow = follow.reached.len() - follow.fast;
     let mut channels = Vec::new();
-    for _ in 0..follow.reached.len().div_ceil(WORKERS_PER_CONNECTION) {
-        channels.push(
-            Endpoint::from_shared(target.clone())?
-                .tcp_nodelay(true)
-                .connect()
-                .await
-                .with_context(|| format!("cannot connect to {target}"))?,
-        );
+    for watchers in [follow.fast, slow] {
+        let mut group = Vec::new();
+        for _ in 0..watchers.div_ceil(WORKERS_PER_CONNECTION) {
+            group.push(
+                Endpoint::from_shared(target.clone())?
+                    .tcp_nodelay(true)
+                    .connect()
+                    .await
+                    .with_context(|| format!("cannot connect to {target}"))?,
+            );
+        }
+        channels.extend(group.iter().cycle().take(watchers).cloned());
     }
-    let watchers: Vec<_> = (0..follow.reached.len())
-        .zip(channels.iter().cycle())
-        .map(|(i, channel)| tokio::spawn(watch(i, channel.clone(), after, follow.clone())))
+    let watchers: Vec<_> = channels
+        .into_iter()
+        .enumerate()
+        .map(|(i, channel)| tokio::spawn(watch(i, channel, after, follow.clone())))
         .collect();
     let deadline = Instant::now() + DRAIN;
     while follow.open.load(Ordering::Relaxed) < u64::try_from(watchers.len())? {
@@ -597,6 +627,9 @@ async fn watch(
         }
         if let Some(reached) = follow.reached.get(index) {
             reached.store(last, Ordering::Relaxed);
+        }
+        if index >= follow.fast {
+            tokio::time::sleep(SLOW_READ).await;
         }
     }
     anyhow::bail!("watcher {index}'s stream ended after sequence {last}")
