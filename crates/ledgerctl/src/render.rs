@@ -128,9 +128,27 @@ pub(crate) fn entry_line(entry: &pb::Entry, output: Output) -> Result<String, St
         entry.amount.to_string(),
         entry.balance_after.to_string(),
         entry.currency.clone(),
-        entry.created_at.map(|t| t.to_string()).unwrap_or_default(),
+        entry.created_at.as_ref().map(time).unwrap_or_default(),
         key,
     ]))
+}
+
+/// A time to the microsecond, as the ledger keeps it, always with six digits:
+/// protobuf's own form drops them on a whole millisecond or second, and a column
+/// of times would lose its alignment.
+fn time(t: &prost_types::Timestamp) -> String {
+    let text = t.to_string();
+    let Some(head) = text.strip_suffix('Z') else {
+        return text;
+    };
+    match head
+        .rsplit_once('.')
+        .map_or(0, |(_, fraction)| fraction.len())
+    {
+        0 => format!("{head}.000000Z"),
+        digits @ 1..6 => format!("{head}{}Z", "0".repeat(6 - digits)),
+        _ => text,
+    }
 }
 
 /// Left-aligned but for the two amounts; minor units, as on the wire.
@@ -311,7 +329,7 @@ fn message_row(inner: &DynamicMessage, name: &str, depth: usize, out: &mut Strin
         "google.protobuf.Timestamp" => {
             let text = inner
                 .transcode_to::<prost_types::Timestamp>()
-                .map_or_else(|e| e.to_string(), |t| t.to_string());
+                .map_or_else(|e| e.to_string(), |t| time(&t));
             line(out, depth, name, &text);
         }
         "google.protobuf.Duration" => {
@@ -398,5 +416,28 @@ mod tonic_code {
             Code::DataLoss => "DATA_LOSS",
             Code::Unauthenticated => "UNAUTHENTICATED",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost_types::Timestamp;
+
+    use super::time;
+
+    #[test]
+    fn times_keep_six_digits() {
+        let at = |seconds, nanos| time(&Timestamp { seconds, nanos });
+        assert_eq!(at(1_796_428_800, 0), "2026-12-05T00:00:00.000000Z");
+        assert_eq!(
+            at(1_796_428_800, 120_000_000),
+            "2026-12-05T00:00:00.120000Z"
+        );
+        assert_eq!(
+            at(1_796_428_800, 123_456_000),
+            "2026-12-05T00:00:00.123456Z"
+        );
+        assert_eq!(at(1_796_428_800, 1), "2026-12-05T00:00:00.000000001Z");
+        assert_eq!(at(-1, 0), "1969-12-31T23:59:59.000000Z");
     }
 }
