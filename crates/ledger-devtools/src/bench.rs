@@ -245,6 +245,10 @@ async fn seed_reads(
 }
 
 pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.slow_watchers == 0 || args.slow_watchers < args.watchers,
+        "--slow-watchers must leave at least one of the --watchers reading at speed"
+    );
     let connections = usize::try_from(args.concurrency)?.div_ceil(WORKERS_PER_CONNECTION);
     let mut channels = Vec::new();
     for _ in 0..connections {
@@ -265,10 +269,6 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         _ => Vec::new(),
     };
     let (seeded, points) = seed_reads(args, &channels, &accounts).await?;
-    anyhow::ensure!(
-        args.slow_watchers == 0 || args.slow_watchers < args.watchers,
-        "--slow-watchers must leave at least one of the --watchers reading at speed"
-    );
     let follow = match args.watchers {
         0 => None,
         n => Some(Arc::new(Follow::new(
