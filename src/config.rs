@@ -165,9 +165,10 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(0..=256))]
     pub batch_writers: u32,
 
-    /// Group commit: how long a writer waits for a batch before it leaves the batch
-    /// to finish on its own and serves its other accounts; calls on the batch's
-    /// accounts wait for it either way
+    /// Group commit: how long a writer waits for a batch, from its start, before it
+    /// leaves the batch to finish on its own and serves its other accounts (armed
+    /// once another call waits); calls on the batch's accounts wait for it either
+    /// way
     #[arg(long, env = "LEDGER_BATCH_STALL", default_value = "20ms",
         value_parser = parse_positive_duration)]
     pub batch_stall: Duration,

@@ -115,7 +115,7 @@ fn describe() {
     );
     describe_counter!(
         BATCH_STALLS,
-        "group-commit batches that outlasted the stall bound and ran on apart from their writer"
+        "group-commit batches that outlasted the stall bound while a call waited, and ran on apart from their writer"
     );
     describe_counter!(
         CONNECTIONS_RETIRED,

@@ -409,6 +409,66 @@ async fn transfers_into_a_stalled_account_are_held_back_in_every_writer() {
     }
 }
 
+/// A bound for the tests of when it is armed: long beside the few milliseconds
+/// the test takes to stall a batch, short beside the lock wait.
+const ARMED_BOUND: Duration = Duration::from_secs(1);
+
+/// A batch that passed its stall bound with nothing waiting behind it is left to
+/// run on apart as soon as a call comes: a charge on another account, sent long
+/// after the bound, is answered at once rather than a bound later (or after the
+/// lock wait, by a writer that never armed it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lone_batch_past_its_bound_is_left_apart_when_a_call_comes() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(&db, writers(1, Some(ARMED_BOUND))).await;
+    let stalled = app.funded_account("USD", 100).await;
+    let other = app.funded_account("USD", 100).await;
+    let mut holder = app.busy_writer_on(&db, stalled).await;
+    tokio::time::sleep(2 * ARMED_BOUND).await;
+
+    let sent = Instant::now();
+    let charges = charge_each(&app.client().await, &[other], "other");
+    assert_answered_within(charges, sent).await;
+    holder.query_drop("ROLLBACK").await.unwrap();
+    assert_eq!(db.balance(other).await, 99);
+}
+
+/// The stall bound counts from the batch's start, not from the call that arms
+/// it: a charge on another account sent halfway through the bound is answered
+/// when the bound passes, half a bound later, not a whole one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_stall_bound_counts_from_the_batch_not_from_the_call_that_arms_it() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(&db, writers(1, Some(ARMED_BOUND))).await;
+    let stalled = app.funded_account("USD", 100).await;
+    let other = app.funded_account("USD", 100).await;
+    let client = app.client().await;
+    let before = Instant::now();
+    let mut holder = app.busy_writer_on(&db, stalled).await;
+    let waiting = Instant::now();
+    assert!(
+        waiting - before < ARMED_BOUND / 4,
+        "stalling the batch took {:?}",
+        waiting - before
+    );
+    tokio::time::sleep_until(before + ARMED_BOUND / 2).await;
+
+    let charge = charge_each(&client, &[other], "other").pop().unwrap();
+    let (_, reply, at) = charge.await.unwrap();
+    reply.expect("charged once the stalled batch runs on apart");
+    assert!(
+        at >= before + ARMED_BOUND,
+        "answered {:?} after the batch, before its bound",
+        at - before
+    );
+    assert!(
+        at <= waiting + ARMED_BOUND + ANSWERED_WITHIN,
+        "answered {:?} after the batch, well past its bound",
+        at - before
+    );
+    holder.query_drop("ROLLBACK").await.unwrap();
+}
+
 /// A measurement, not a check: the latency of charges on eight accounts while
 /// another account's row is held 5 s by an outside transaction and calls that
 /// touch it keep coming: refunds of its charges 30 ms apart for half the hold,

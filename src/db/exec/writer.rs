@@ -16,7 +16,10 @@
 //! trips and a COMMIT's flush). A batch that takes longer waits on something: a
 //! key in flight on another instance (up to the lock wait), a row lock, a
 //! connection, a retry's backoff, a block of ids. The writer leaves it to finish
-//! in a task of its own and goes on. Until it ends, every call that touches one
+//! in a task of its own and goes on. The bound counts from the batch's start but
+//! is armed only once a call waits for any writer ([`Arrivals`]): a batch that
+//! nothing waits behind holds nothing up, and a lone call then costs no timer,
+//! whose registration wakes a sleeping worker thread to re-arm its clock. Until it ends, every call that touches one
 //! of its accounts, or names one of its entries or holds, is held back, in
 //! arrival order, as is every later call of the same writer that names
 //! something a held call names: a hot account's calls still meet in one batch,
@@ -59,7 +62,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::FutureExt as _;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use super::group::{Keys, MAX_BATCH, Member, serve};
 use crate::db::{Persistence, WeakPersistence};
@@ -78,6 +81,36 @@ const MAX_STALLED: usize = 16;
 /// unique charges alike.
 const OVERLAP_BACKLOG: usize = 8;
 
+/// Calls waiting for any writer of the instance, and a signal when one comes: a
+/// writer arms its batch's stall bound only once a call waits.
+#[derive(Default)]
+struct Arrivals {
+    waiting: AtomicUsize,
+    came: Notify,
+}
+
+impl Arrivals {
+    fn add(&self, n: usize) {
+        self.waiting.fetch_add(n, Ordering::SeqCst);
+        self.came.notify_waiters();
+    }
+
+    fn sub(&self, n: usize) {
+        self.waiting.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    /// Until a call waits for a writer: at once if one already does.
+    async fn one_waits(&self) {
+        let came = self.came.notified();
+        tokio::pin!(came);
+        // Enabled before the look, so a call counted after it wakes `came`.
+        came.as_mut().enable();
+        if self.waiting.load(Ordering::SeqCst) == 0 {
+            came.await;
+        }
+    }
+}
+
 /// One writer's queue.
 struct Shard {
     sender: mpsc::UnboundedSender<Member>,
@@ -89,6 +122,7 @@ struct Shard {
 pub(crate) struct Queue {
     shards: Vec<Shard>,
     keys: Keys,
+    arrivals: Arc<Arrivals>,
 }
 
 impl Queue {
@@ -106,13 +140,16 @@ impl Queue {
             });
             receivers.push((receiver, waiting));
         }
+        let arrivals = Arc::new(Arrivals::default());
         let queue = Self {
             shards,
             keys: Keys::default(),
+            arrivals: arrivals.clone(),
         };
         let writers = Writers {
             receivers,
             stalls: Arc::default(),
+            arrivals,
         };
         (queue, writers)
     }
@@ -129,11 +166,13 @@ impl Queue {
             .ok_or_else(|| Error::internal("no batch writer"))?;
         shard.waiting.fetch_add(1, Ordering::SeqCst);
         metrics::batch_waiting(1);
-        shard.sender.send(member).map(|()| None).map_err(|_| {
+        shard.sender.send(member).map_err(|_| {
             shard.waiting.fetch_sub(1, Ordering::SeqCst);
             metrics::batch_waiting(-1);
             Error::internal("the batch writers have stopped")
-        })
+        })?;
+        self.arrivals.add(1);
+        Ok(None)
     }
 
     /// The writer of the calls whose lowest account is `account`.
@@ -178,13 +217,20 @@ fn share(what: impl std::hash::Hash, writers: usize) -> usize {
 pub(crate) struct Writers {
     receivers: Vec<(mpsc::UnboundedReceiver<Member>, Arc<AtomicUsize>)>,
     stalls: Arc<Stalls>,
+    arrivals: Arc<Arrivals>,
 }
 
 impl Writers {
     pub(crate) fn run(self, db: &Persistence) {
         let stall = db.inner.limits.batch_stall;
         for (receiver, waiting) in self.receivers {
-            let writer = Writer::new(receiver, waiting, self.stalls.clone(), stall);
+            let writer = Writer::new(
+                receiver,
+                waiting,
+                self.stalls.clone(),
+                self.arrivals.clone(),
+                stall,
+            );
             tokio::spawn(writer.run(db.weak()));
         }
     }
@@ -292,6 +338,8 @@ pub(super) struct Writer {
     queue: mpsc::UnboundedReceiver<Member>,
     /// Calls queued or held back here (`Queue::waiting`).
     waiting: Arc<AtomicUsize>,
+    /// Calls queued or held back by any writer.
+    arrivals: Arc<Arrivals>,
     /// Calls taken from the queue and not yet in a batch, in arrival order.
     held: VecDeque<Member>,
     /// The stalled batches of every writer of the instance.
@@ -310,12 +358,14 @@ impl Writer {
         queue: mpsc::UnboundedReceiver<Member>,
         waiting: Arc<AtomicUsize>,
         stalls: Arc<Stalls>,
+        arrivals: Arc<Arrivals>,
         stall: Duration,
     ) -> Self {
         let ends = stalls.ended.subscribe();
         Self {
             queue,
             waiting,
+            arrivals,
             held: VecDeque::new(),
             stalls,
             ends,
@@ -335,6 +385,7 @@ impl Writer {
                 continue;
             }
             self.waiting.fetch_sub(batch.len(), Ordering::SeqCst);
+            self.arrivals.sub(batch.len());
             metrics::batch_waiting(-isize::try_from(batch.len()).unwrap_or(isize::MAX));
             let Some(db) = db.upgrade() else { return };
             self.serve(db, batch).await;
@@ -403,7 +454,7 @@ impl Writer {
 
     /// Serves a batch, in this task while it takes at most the stall bound (a
     /// lone call crosses no more tasks than without group commit), then in one of
-    /// its own; in one of its own at once when [`OVERLAP_BACKLOG`] calls already
+    /// its own; the bound is armed once a call waits for any writer; in one of its own at once when [`OVERLAP_BACKLOG`] calls already
     /// wait, so a backlog is served by several batches at a time. With
     /// [`MAX_STALLED`] batches running on, a stalled one is waited out here.
     /// Tracked either way, so shutdown waits for it to commit or roll back. A
@@ -426,9 +477,14 @@ impl Writer {
         // at once, as a stalled one does, and the next starts beside it.
         let backlogged = room && self.waiting.load(Ordering::SeqCst) >= OVERLAP_BACKLOG;
         if !backlogged {
+            let bound = tokio::time::Instant::now() + self.stall;
             tokio::select! {
                 () = &mut served => return,
-                () = tokio::time::sleep(self.stall) => metrics::batch_stalled(),
+                () = self.arrivals.one_waits() => {}
+            }
+            tokio::select! {
+                () = &mut served => return,
+                () = tokio::time::sleep_until(bound) => metrics::batch_stalled(),
             }
         }
         let stall = self.stalls.stall(named, &self.stalled);
