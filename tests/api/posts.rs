@@ -201,6 +201,22 @@ async fn invalid_posts_record_nothing_and_a_key_binds_every_leg() {
             "{field}: {violations:?}"
         );
     }
+    // Half a million empty legs (1 MB): refused before they are decoded, where
+    // they would take some 40 MiB; still naming the field.
+    let status = c
+        .post(post("k", vec![pb::Leg::default(); 500_000]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    let violations = status.get_details_bad_request().expect("BadRequest");
+    assert_eq!(violations.field_violations.len(), 1, "{violations:?}");
+    assert_eq!(violations.field_violations[0].field, "legs");
+    assert!(
+        violations.field_violations[0]
+            .description
+            .contains("refused unread"),
+        "{violations:?}"
+    );
     assert_eq!(db.key_rows("k").await, 0, "nothing recorded");
 
     posted(&mut c, post("k", vec![leg(a, b, 5), leg(a, b, 6)])).await;
