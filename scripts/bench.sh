@@ -42,6 +42,9 @@ fail() { echo "bench: $*" >&2; exit 1; }
 log() { printf '\n== %s\n' "$*" >&2; }
 
 serve_args=(${LEDGER_BATCH_WRITERS:+--batch-writers "$LEDGER_BATCH_WRITERS"})
+# The ceilings' sysbench opens a connection per thread beside the service's pools:
+# at concurrency 256 more than the database server's default 151.
+export LEDGER_MYSQLD_ARGS="${LEDGER_MYSQLD_ARGS:-} --max-connections=$((conc + 256))"
 # shellcheck source=scripts/lib/private-serve.sh
 . scripts/lib/private-serve.sh
 # shellcheck source=scripts/lib/idle-watchers.sh
@@ -144,8 +147,9 @@ if ! $quick; then
     for a in "$accounts" 1; do
       log "ceiling: $script, $a account(s)"
       $sb "scripts/sql-ceilings/$script.lua" --accounts="$a" prepare >/dev/null
-      tps=$($sb "scripts/sql-ceilings/$script.lua" --accounts="$a" --threads="$conc" --time="$secs" run \
-              | awk '/transactions:/ {gsub(/\(/, "", $3); print $3}')
+      out=$($sb "scripts/sql-ceilings/$script.lua" --accounts="$a" --threads="$conc" --time="$secs" run 2>&1) \
+        || fail "sysbench $script ($a accounts, $conc threads) failed: $(tail -3 <<<"$out")"
+      tps=$(awk '/transactions:/ {gsub(/\(/, "", $3); print $3}' <<<"$out")
       $sb "scripts/sql-ceilings/$script.lua" cleanup >/dev/null
       python3 - "$ceilings" "$script" "$a" "$tps" <<'PY'
 import json, sys
