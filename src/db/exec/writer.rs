@@ -19,12 +19,12 @@
 //! in a task of its own and goes on. The bound counts from the batch's start but
 //! is armed only once a call waits for any writer ([`Arrivals`]): a batch that
 //! nothing waits behind holds nothing up, and a lone call then costs no timer,
-//! whose registration wakes a sleeping worker thread to re-arm its clock. Until it ends, every call that touches one
-//! of its accounts, or names one of its entries or holds, is held back, in
-//! arrival order, as is every later call of the same writer that names
-//! something a held call names: a hot account's calls still meet in one batch,
-//! in order, and never race their own earlier batch. Everything else is served
-//! at once.
+//! whose registration wakes a sleeping worker thread to re-arm its clock. Until
+//! the batch ends, every call that touches one of its accounts, or names one of
+//! its entries or holds, is held back, in arrival order, as is every later call
+//! of the same writer that names something a held call names: a hot account's
+//! calls still meet in one batch, in order, and never race their own earlier
+//! batch. Everything else is served at once.
 //!
 //! A call can touch the accounts of two writers (a transfer from Y into A goes to
 //! Y's writer when Y < A), and no routing can put every call on A in one writer
