@@ -28,29 +28,22 @@ pub struct StormCounts {
     pub credits: u64,
 }
 
-/// Runs the storm on a new account for `run`: 8 callers, alternating between
+/// Runs the storm on a new account for `run`, after a credit line of 3,000 and a
+/// debit 1,000 into it: 8 callers, alternating between
 /// `channels`, charge, credit and place holds on it while one more caller moves
 /// its floor among [`FLOORS`] every [`MOVE_EVERY`], through the channels in turn.
 /// Returns the account and what the callers were told. A retryable answer is
 /// neither counted nor retried: its key took effect or not, and the journal
 /// says which.
 pub async fn storm(channels: &[Channel], run: Duration) -> (u64, StormCounts) {
-    let mut client = LedgerClient::new(channels[0].clone());
-    let account = client
-        .open_account(open_account("storm-open", None))
-        .await
-        .unwrap()
-        .into_inner()
-        .account
-        .unwrap()
-        .account_id;
-    client
-        .credit(credit("storm-fund", account, 5000))
-        .await
-        .unwrap();
+    let account = open_into_a_credit_line(channels[0].clone()).await;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let counts = Arc::new(Counts::default());
+    let counts = Arc::new(Counts {
+        limits_set: AtomicU64::new(1),
+        debits: AtomicU64::new(1),
+        ..Counts::default()
+    });
     let mut callers = Vec::new();
     for caller in 0..8_usize {
         let mut client = LedgerClient::new(channels[caller % channels.len()].clone());
@@ -136,6 +129,38 @@ pub async fn storm(channels: &[Channel], run: Duration) -> (u64, StormCounts) {
         credits: counts.credits.load(Ordering::SeqCst),
     };
     (account, counts)
+}
+
+/// A new account funded with 5,000, then given a credit line of 3,000 and
+/// charged 6,000: forced, not left to the storm's timing, so its journal holds a
+/// debit into the line.
+async fn open_into_a_credit_line(channel: Channel) -> u64 {
+    let mut client = LedgerClient::new(channel);
+    let account = client
+        .open_account(open_account("storm-open", None))
+        .await
+        .unwrap()
+        .into_inner()
+        .account
+        .unwrap()
+        .account_id;
+    client
+        .credit(credit("storm-fund", account, 5000))
+        .await
+        .unwrap();
+    client
+        .set_limits(set_limits(
+            "storm-limits-open",
+            account,
+            limits(Some(-3000), None),
+        ))
+        .await
+        .unwrap();
+    client
+        .charge(charge("storm-into-the-line", account, 6000))
+        .await
+        .unwrap();
+    account
 }
 
 #[derive(Debug, Default)]
@@ -245,8 +270,9 @@ pub fn assert_every_move_met_its_limits(
 }
 
 /// The storm's checks: every move met its limits, as many LIMITS entries as
-/// `SetLimits` succeeded, the floor both declined debits and let the balance
-/// below zero (so the storm tested something), and the audit passes.
+/// `SetLimits` succeeded, the floor declined debits (so the storm tested
+/// something), the debit the storm began with into a credit line shows below
+/// zero, and the audit passes.
 pub async fn assert_storm_sound(db: &TestDb, channel: Channel, account: u64, counts: &StormCounts) {
     let journal = journal(channel, account).await;
     let (changes, below_zero) = assert_every_move_met_its_limits(&journal, (Some(0), None));
