@@ -136,18 +136,7 @@ pub async fn storm(channels: &[Channel], run: Duration) -> (u64, StormCounts) {
 /// debit into the line.
 async fn open_into_a_credit_line(channel: Channel) -> u64 {
     let mut client = LedgerClient::new(channel);
-    let account = client
-        .open_account(open_account("storm-open", None))
-        .await
-        .unwrap()
-        .into_inner()
-        .account
-        .unwrap()
-        .account_id;
-    client
-        .credit(credit("storm-fund", account, 5000))
-        .await
-        .unwrap();
+    let account = super::open_funded(&mut client, "storm", "USD", 5000).await;
     client
         .set_limits(set_limits(
             "storm-limits-open",
