@@ -23,7 +23,9 @@ use crate::db::admin::purge::Purger;
 use crate::db::stream::Assigner;
 use crate::db::{self, BeforeCommit, Persistence};
 use crate::grpc::auth::Authenticator;
-use crate::grpc::{Admission, LedgerService, PageTokens, ProtoEncoder, Reader, ResourceExhausted};
+use crate::grpc::{
+    Admission, LedgerService, PageTokens, ProtoEncoder, Reader, ResourceExhausted, Weighed,
+};
 use crate::health;
 use crate::proto::pb;
 use crate::telemetry::metrics;
@@ -252,7 +254,11 @@ impl Application {
         let reader = Reader::new(
             persistence.read_only(),
             pages,
-            Admission::new(settings.max_concurrent_calls),
+            Admission::new(
+                settings.max_concurrent_calls,
+                settings.max_call_memory,
+                settings.pool.checkout_timeout,
+            ),
         );
         let router = router(&settings, &persistence, reader.clone(), &reporter)?;
         let stop_accepting = CancellationToken::new();
@@ -349,9 +355,11 @@ fn router(
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls.config())?;
     }
+    let admission = reader.admission().clone();
     let ledger = LedgerService::new(persistence.clone(), reader)
         .into_server()
         .max_decoding_message_size(settings.max_message_bytes);
+    let ledger = Weighed::new(ledger, admission, settings.max_message_bytes);
     let ledger = InterceptedService::new(
         ResourceExhausted(ledger),
         Authenticator::new(settings.auth.clone()),

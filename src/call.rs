@@ -22,7 +22,6 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -65,7 +64,7 @@ struct Inner {
     /// The call's place under the server's limit of concurrent calls, held for as
     /// long as any part of the call lives: a handler that gave up leaves its work
     /// queued for a writer, which counts until it is dropped.
-    place: OnceLock<OwnedSemaphorePermit>,
+    place: OnceLock<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Call {
@@ -91,10 +90,16 @@ impl Call {
         }
     }
 
-    /// Keeps `permit` until the call's handler and its work have both ended.
-    pub fn hold_place(&self, permit: OwnedSemaphorePermit) {
-        // A call is admitted once; a second permit would go back at once.
-        let _ = self.inner.place.set(permit);
+    /// Keeps `place` (what the call was admitted with: permits to give back)
+    /// until the call's handler, its work and its reply have all ended.
+    pub fn hold_place(&self, place: impl std::any::Any + Send + Sync) {
+        // A call is admitted once; a second place would go back at once.
+        let _ = self.inner.place.set(Box::new(place));
+    }
+
+    /// Whether the call was admitted (holds a place).
+    pub fn has_place(&self) -> bool {
+        self.inner.place.get().is_some()
     }
 
     /// A call without a deadline, for work that is not driven by a caller.

@@ -151,6 +151,14 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_concurrent_calls: u32,
 
+    /// Memory the calls in flight may hold between them, in MiB: each call is
+    /// weighed by its request's size before the request is read, and waits for
+    /// room within its deadline (at most --pool-timeout without one), else is
+    /// refused with RESOURCE_EXHAUSTED having done nothing
+    #[arg(long, env = "LEDGER_MAX_CALL_MEMORY", default_value_t = 32,
+        value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub max_call_memory: u32,
+
     /// Concurrent calls (HTTP/2 streams) one client connection may open; a client
     /// queues more until one ends
     #[arg(long, env = "LEDGER_MAX_CONCURRENT_STREAMS", default_value_t = 256,
@@ -346,6 +354,7 @@ impl ServeArgs {
             tls,
             max_message_bytes: usize::try_from(self.max_message_size)?,
             max_concurrent_calls: usize::try_from(self.max_concurrent_calls)?,
+            max_call_memory: usize::try_from(self.max_call_memory)? << 20,
             max_concurrent_streams: self.max_concurrent_streams,
             key_retention: self.key_retention,
             stream_assigner: self.stream_assigner == Switch::On,
@@ -426,6 +435,8 @@ pub struct Settings {
     pub max_message_bytes: usize,
     /// Ledger calls served at once; more are refused with RESOURCE_EXHAUSTED.
     pub max_concurrent_calls: usize,
+    /// Bytes the calls in flight may hold between them, by their weights.
+    pub max_call_memory: usize,
     /// HTTP/2 streams one connection may have open.
     pub max_concurrent_streams: u32,
     /// Purge key rows older than this (SPEC 3.5); `None` keeps them forever.

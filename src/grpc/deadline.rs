@@ -24,9 +24,18 @@ const LAST_ANSWER: Duration = Duration::from_millis(5);
 /// gRPC allows at most 8 digits of timeout value.
 const MAX_DIGITS: usize = 8;
 
+/// The call a request belongs to: the one its place was taken for when it
+/// arrived ([`super::weigh`]), or else one whose deadline counts from now.
 pub(super) fn call_for<T>(request: &tonic::Request<T>) -> Call {
-    let timeout = request
-        .metadata()
+    if let Some(call) = request.extensions().get::<Call>() {
+        return call.clone();
+    }
+    call_at_arrival(request.metadata().as_ref())
+}
+
+/// A call whose deadline counts from now, by its `grpc-timeout` header.
+pub(super) fn call_at_arrival(headers: &http::HeaderMap) -> Call {
+    let timeout = headers
         .get("grpc-timeout")
         .and_then(|v| v.to_str().ok())
         .and_then(parse_grpc_timeout);

@@ -15,6 +15,8 @@
 //! - `pages`: the page tokens of ListEntries and ListHolds.
 //! - `deadline`: the caller's deadline from the `grpc-timeout` header.
 //! - `limits`: RESOURCE_EXHAUSTED for oversized requests.
+//! - `weigh`: each call's place (under the limit of calls, and its share of the
+//!   memory budget by its request's size) taken before its request is read.
 
 pub mod auth;
 mod deadline;
@@ -25,6 +27,7 @@ mod reads;
 mod request;
 mod service;
 mod status;
+mod weigh;
 
 pub use limits::ResourceExhausted;
 pub use outcome::ProtoEncoder;
@@ -32,6 +35,7 @@ pub use pages::PageTokens;
 pub use reads::{Admission, Reader};
 pub use service::LedgerService;
 pub use status::{DOMAIN, REPLAYED_HEADER, report, unauthenticated};
+pub use weigh::Weighed;
 
 /// The methods of `ledger.v1.Ledger`, as the wire contract names them.
 pub fn method_names() -> Vec<String> {

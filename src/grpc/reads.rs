@@ -8,7 +8,10 @@
 use std::sync::Arc;
 
 use prost::Message as _;
-use tokio::sync::Semaphore;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tonic::Code;
 
 use super::auth::Client;
@@ -22,28 +25,84 @@ use crate::ledger::{EntryId, HoldId, HoldState, ScopedKey};
 use crate::ops::{Method, account_message, entry_message, hold_message, limits_message, timestamp};
 use crate::proto::pb;
 
-/// Who may call what, and how many calls are served at once: past the limit, new
-/// calls are refused at once (RESOURCE_EXHAUSTED / TOO_MANY_CALLS) rather than
-/// queued without end.
+/// Who may call what, and how many calls are served at once: past the limit of
+/// calls, new calls are refused at once (RESOURCE_EXHAUSTED / TOO_MANY_CALLS)
+/// rather than queued without end; within it, each call takes a share of the
+/// memory budget by its weight ([`super::weigh`]), waiting for it in order of
+/// arrival within its deadline.
 #[derive(Debug, Clone)]
 pub struct Admission {
     calls: Arc<Semaphore>,
     limit: usize,
+    /// The budget, in KiB.
+    memory: Arc<Semaphore>,
+    budget_kib: u32,
+    /// The longest wait for a share of the budget, for a call without a deadline.
+    wait: Duration,
+}
+
+/// A call's place: one of the calls served at once, and its share of the
+/// memory budget, both given back when it is dropped.
+#[derive(Debug)]
+struct Place {
+    _call: OwnedSemaphorePermit,
+    _memory: OwnedSemaphorePermit,
 }
 
 impl Admission {
-    /// At most `max_calls` calls are served at once.
-    pub fn new(max_calls: usize) -> Self {
+    /// At most `max_calls` calls are served at once, holding at most `budget`
+    /// bytes between them by their weights; a call waits at most `wait` for its
+    /// share when it has no deadline.
+    pub fn new(max_calls: usize, budget: usize, wait: Duration) -> Self {
+        let budget_kib = u32::try_from(budget.div_ceil(1024)).unwrap_or(u32::MAX);
         Self {
             calls: Arc::new(Semaphore::new(max_calls)),
             limit: max_calls,
+            memory: Arc::new(Semaphore::new(budget_kib as usize)),
+            budget_kib,
+            wait,
         }
     }
 
+    /// Takes a place for `call`, weighed at `weight` bytes (at most the whole
+    /// budget): refused at once past the limit of calls; the share of the budget
+    /// is waited for until the call's deadline, or for the admission's wait.
+    pub async fn take_place(&self, weight: usize, call: &Call) -> Result<(), Error> {
+        let one = self
+            .calls
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Error::Overloaded {
+                limit: self.limit,
+                what: "calls",
+            })?;
+        let kib = u32::try_from(weight.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.budget_kib);
+        let until = call
+            .deadline()
+            .unwrap_or_else(|| Instant::now() + self.wait);
+        let share = self.memory.clone().acquire_many_owned(kib);
+        let refused = || Error::Overloaded {
+            limit: self.budget_kib as usize,
+            what: "KiB of calls in flight",
+        };
+        // The semaphore is never closed: only the deadline refuses.
+        let Ok(Ok(memory)) = tokio::time::timeout_at(until, share).await else {
+            return Err(refused());
+        };
+        call.hold_place(Place {
+            _call: one,
+            _memory: memory,
+        });
+        Ok(())
+    }
+
     /// Admits `call`: `client` is granted every one of `methods` (a console page
-    /// that shows what several RPCs answer needs each of them), and the server is
-    /// under its limit; the call holds its place until it ends.
-    pub fn admit(
+    /// that shows what several RPCs answer needs each of them), and the call has
+    /// its place, taken here as a read's unless it was taken when its request
+    /// arrived.
+    pub async fn admit(
         &self,
         client: &Client,
         methods: &[&'static str],
@@ -52,15 +111,9 @@ impl Admission {
         if let Some(refused) = methods.iter().find(|m| !client.may_call(m)) {
             return Err(Error::PermissionDenied(refused));
         }
-        let permit = self
-            .calls
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| Error::Overloaded {
-                limit: self.limit,
-                what: "calls",
-            })?;
-        call.hold_place(permit);
+        if !call.has_place() {
+            self.take_place(super::weigh::READ_BYTES, call).await?;
+        }
         Ok(())
     }
 }
@@ -99,7 +152,7 @@ impl Reader {
     where
         F: Future<Output = Result<T, Error>>,
     {
-        self.admission.admit(client, methods, &call)?;
+        self.admission.admit(client, methods, &call).await?;
         answer(&call, work(call.clone())).await
     }
 

@@ -57,10 +57,13 @@ impl LedgerService {
 
     /// Admits a call: the client may call `method`, and the server is under its
     /// limit of concurrent calls.
-    fn admit<T>(&self, method: &'static str, request: &Request<T>) -> Result<Serving, Error> {
+    async fn admit<T>(&self, method: &'static str, request: &Request<T>) -> Result<Serving, Error> {
         let client = Self::client(request)?;
         let call = deadline::call_for(request);
-        self.reader.admission().admit(&client, &[method], &call)?;
+        self.reader
+            .admission()
+            .admit(&client, &[method], &call)
+            .await?;
         Ok(Serving { client, call })
     }
 
@@ -74,7 +77,7 @@ impl LedgerService {
         let work = async {
             let started = Instant::now();
             let answer = async {
-                let serving = self.admit(name, &request)?;
+                let serving = self.admit(name, &request).await?;
                 let (key, operation) =
                     O::parse(request.into_inner()).map_err(Error::InvalidRequest)?;
                 tracing::Span::current().record("key", key.redacted());

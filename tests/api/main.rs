@@ -15,6 +15,7 @@ mod support;
 mod audit;
 mod balances;
 mod bounded_waits;
+mod budget;
 mod commit_check;
 mod console;
 mod declines;

@@ -32,6 +32,8 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     pub max_message_bytes: Option<usize>,
     pub max_concurrent_calls: Option<usize>,
+    /// Bytes the calls in flight may hold, by their weights.
+    pub max_call_memory: Option<usize>,
     /// The database URL, when not the test database's own (another cluster node,
     /// a proxy).
     pub database_url: Option<String>,
@@ -65,6 +67,7 @@ impl Default for Config {
             metrics_listen: None,
             max_message_bytes: None,
             max_concurrent_calls: None,
+            max_call_memory: None,
             database_url: None,
             session_init: None,
             multi_primary: None,
@@ -102,6 +105,9 @@ impl Config {
         }
         if let Some(calls) = self.max_concurrent_calls {
             settings.max_concurrent_calls = calls;
+        }
+        if let Some(bytes) = self.max_call_memory {
+            settings.max_call_memory = bytes;
         }
         if let Some(migrate) = self.migrate {
             settings.migrate = migrate;

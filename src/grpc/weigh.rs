@@ -1,0 +1,262 @@
+//! Each call's place is taken before its request is read: under the limit of
+//! calls (refused at once past it), and a share of the memory budget weighed by
+//! the request's size, which the gRPC length prefix tells before the message
+//! arrives. A call that does not fit waits, in order of arrival, within its
+//! deadline (or `--pool-timeout` without one), its message unread in the
+//! connection's HTTP/2 window; past that it is refused (RESOURCE_EXHAUSTED /
+//! TOO_MANY_CALLS) having done nothing. The place is the [`Call`]'s: the
+//! handler finds the call in the request's extensions, and the reply holds it
+//! until it is sent, so a place is given back only when nothing of the call is
+//! left. WatchEntries streams are not weighed: they are bounded by their own
+//! limit and buffers.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http_body::{Frame, SizeHint};
+use http_body_util::BodyExt as _;
+use strum::IntoEnumIterator;
+use tonic::body::Body;
+use tonic::server::NamedService;
+use tower::Service;
+
+use super::deadline;
+use super::reads::Admission;
+use super::status::report;
+use crate::call::Call;
+use crate::ops::Method;
+
+/// What a call weighs besides its request: its task, its state, the statements
+/// it sends and its reply, for a call of a few entries.
+const CALL_BYTES: usize = 8 * 1024;
+/// What a call holds for each byte of its request: the bytes as read, the
+/// decoded message, and its work: a post's entries, their rows and statements,
+/// some 220 bytes for each of the two entries of a leg that takes 12 to 16
+/// bytes on the wire (a post of 256 legs held about 110 KB in flight).
+const REQUEST_FACTOR: usize = 32;
+/// What a read weighs, whatever its request: a page of up to 1,000 entries as
+/// rows, as messages and as the encoded reply.
+pub(super) const READ_BYTES: usize = 512 * 1024;
+/// The length prefix of a gRPC message: a compression flag and four bytes of
+/// length.
+const PREFIX: usize = 5;
+
+/// The bytes a call of `method` (the path's last segment) with a request of
+/// `length` bytes is weighed at; `None` for a call that is not weighed.
+fn weight(method: &str, length: usize) -> Option<usize> {
+    if method == "WatchEntries" {
+        return None;
+    }
+    let keyed = <Method as IntoEnumIterator>::iter().any(|m| m.name() == method);
+    let base = if keyed { CALL_BYTES } else { READ_BYTES };
+    Some(base.saturating_add(length.saturating_mul(REQUEST_FACTOR)))
+}
+
+/// Wraps the ledger's service: every call takes its place before its request
+/// is read.
+#[derive(Debug, Clone)]
+pub struct Weighed<S> {
+    inner: S,
+    admission: Admission,
+    /// Larger requests are left to tonic to refuse, unread.
+    max_message_bytes: usize,
+}
+
+impl<S> Weighed<S> {
+    pub fn new(inner: S, admission: Admission, max_message_bytes: usize) -> Self {
+        Self {
+            inner,
+            admission,
+            max_message_bytes,
+        }
+    }
+}
+
+impl<S: NamedService> NamedService for Weighed<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> Service<http::Request<Body>> for Weighed<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        // The service polled ready is the one that serves (tower's convention).
+        let ready = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, ready);
+        let admission = self.admission.clone();
+        let max = self.max_message_bytes;
+        Box::pin(async move {
+            let path = request.uri().path();
+            let method = path.rsplit('/').next().unwrap_or_default().to_owned();
+            let Some(base) = weight(&method, 0) else {
+                return inner.call(request).await;
+            };
+            let call = deadline::call_at_arrival(request.headers());
+            let (mut parts, body) = request.into_parts();
+            let (length, body) = match read_prefix(body).await {
+                Ok(read) => read,
+                Err(refused) => return Ok(refused),
+            };
+            let weight = match length {
+                Some(length) if length <= max => weight(&method, length).unwrap_or(base),
+                // Malformed or too large: tonic refuses it without reading on.
+                _ => base,
+            };
+            if let Err(e) = admission.take_place(weight, &call).await {
+                return Ok(report(&e).into_http());
+            }
+            parts.extensions.insert(call.clone());
+            let response = inner.call(http::Request::from_parts(parts, body)).await?;
+            Ok(response.map(|reply| Body::new(Holding { reply, _call: call })))
+        })
+    }
+}
+
+/// Reads the request's body up to its first message's length prefix, and gives
+/// back the length (`None` when the body ends first) and the body as it was.
+async fn read_prefix(mut body: Body) -> Result<(Option<usize>, Body), http::Response<Body>> {
+    let mut read = VecDeque::new();
+    let mut head = Vec::with_capacity(PREFIX);
+    while head.len() < PREFIX {
+        let Some(frame) = body.frame().await else {
+            break;
+        };
+        let frame = frame.map_err(tonic::Status::into_http)?;
+        if let Some(data) = frame.data_ref() {
+            let wanted = PREFIX - head.len();
+            head.extend(data.iter().take(wanted));
+        }
+        read.push_back(frame);
+    }
+    // The compression flag, then the length, big-endian.
+    let length = match head.as_slice() {
+        [_, a, b, c, d] => {
+            Some(usize::try_from(u32::from_be_bytes([*a, *b, *c, *d])).unwrap_or(usize::MAX))
+        }
+        _ => None,
+    };
+    Ok((length, Body::new(Replayed { read, rest: body })))
+}
+
+/// A body whose first frames were read already.
+struct Replayed {
+    /// The frames read, the next first.
+    read: VecDeque<Frame<Bytes>>,
+    rest: Body,
+}
+
+impl http_body::Body for Replayed {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Some(frame) = self.read.pop_front() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.read.is_empty() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.rest.size_hint()
+    }
+}
+
+/// A reply that keeps its call, and so its place, until it is sent.
+struct Holding {
+    reply: Body,
+    _call: Call,
+}
+
+impl http_body::Body for Holding {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.reply).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.reply.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.reply.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_keyed_call_weighs_its_request_and_a_read_its_page() {
+        assert_eq!(
+            weight("Charge", 100),
+            Some(CALL_BYTES + 100 * REQUEST_FACTOR)
+        );
+        assert_eq!(
+            weight("Post", 10_000),
+            Some(CALL_BYTES + 10_000 * REQUEST_FACTOR)
+        );
+        assert_eq!(
+            weight("ListEntries", 40),
+            Some(READ_BYTES + 40 * REQUEST_FACTOR)
+        );
+        assert_eq!(weight("WatchEntries", 40), None);
+        assert_eq!(weight("Post", usize::MAX), Some(usize::MAX));
+    }
+
+    fn body_of(chunks: &[&'static [u8]]) -> Body {
+        let frames: Vec<Result<Frame<Bytes>, tonic::Status>> = chunks
+            .iter()
+            .map(|c| Ok(Frame::data(Bytes::from_static(c))))
+            .collect();
+        Body::new(http_body_util::StreamBody::new(futures::stream::iter(
+            frames,
+        )))
+    }
+
+    async fn all_of(body: Body) -> Vec<u8> {
+        body.collect().await.unwrap().to_bytes().to_vec()
+    }
+
+    #[tokio::test]
+    async fn the_prefix_is_read_across_frames_and_the_body_given_back_whole() {
+        let chunks: &[&'static [u8]] = &[b"\0\0", b"\0\x01", b"\x02abc", b"def"];
+        let (length, body) = read_prefix(body_of(chunks)).await.unwrap();
+        assert_eq!(length, Some(258));
+        assert_eq!(all_of(body).await, b"\0\0\0\x01\x02abcdef");
+    }
+
+    #[tokio::test]
+    async fn a_body_shorter_than_a_prefix_has_no_length() {
+        let (length, body) = read_prefix(body_of(&[b"\0\0"])).await.unwrap();
+        assert_eq!(length, None);
+        assert_eq!(all_of(body).await, b"\0\0");
+        let (length, _) = read_prefix(Body::empty()).await.unwrap();
+        assert_eq!(length, None);
+    }
+}

@@ -1,0 +1,153 @@
+//! The memory budget of calls in flight (`--max-call-memory`): each call is
+//! weighed by its request's size before the request is read, waits for room in
+//! order of arrival within its deadline, and is refused having done nothing when
+//! none comes. Each test fills the budget with charges parked on a row an
+//! outside transaction holds, so the budget is full for as long as the test says.
+
+use std::time::{Duration, Instant};
+
+use ledger::proto::pb;
+use mysql_async::prelude::Queryable as _;
+use tonic::Code;
+
+use crate::support::{
+    Config, TestApp, TestDb, charge, leg, post, reason, until_in_flight, with_deadline,
+};
+
+/// Three parked charges of a few bytes each (8 KiB and 32 bytes per byte of
+/// request: 9 KiB each) fill it; a fourth does not fit.
+const BUDGET: usize = 30 * 1024;
+
+async fn app(db: &TestDb) -> TestApp {
+    TestApp::spawn_with(
+        db,
+        Config {
+            max_call_memory: Some(BUDGET),
+            ..Config::default()
+        },
+    )
+    .await
+}
+
+/// Parks three charges on `account`, whose row `db`'s returned connection holds.
+async fn fill(
+    app: &TestApp,
+    db: &TestDb,
+    account: u64,
+) -> (
+    mysql_async::Conn,
+    Vec<tokio::task::JoinHandle<Result<tonic::Response<pb::ChargeReply>, tonic::Status>>>,
+) {
+    let holder = db.lock_account(account).await;
+    let channel = app.channel().await;
+    let parked = (0..3)
+        .map(|i| {
+            let channel = channel.clone();
+            tokio::spawn(async move {
+                pb::ledger_client::LedgerClient::new(channel)
+                    .charge(charge(&format!("p{i}"), account, 1))
+                    .await
+            })
+        })
+        .collect();
+    until_in_flight(db, &[app], "p_", 3).await;
+    db.until_waiting_on("accounts", 1).await;
+    (holder, parked)
+}
+
+/// With the budget full, a call on another account waits for room until its
+/// deadline, then is refused with RESOURCE_EXHAUSTED / TOO_MANY_CALLS, having
+/// recorded nothing; the parked calls are served once their row is let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_does_not_fit_waits_within_its_deadline_then_is_refused() {
+    let db = TestDb::new();
+    let app = app(&db).await;
+    let parked_on = app.funded_account("USD", 100).await;
+    let other = app.funded_account("USD", 100).await;
+    let (mut holder, parked) = fill(&app, &db, parked_on).await;
+
+    let started = Instant::now();
+    let refused = app
+        .client()
+        .await
+        .charge(with_deadline(
+            charge("late", other, 1),
+            Duration::from_millis(400),
+        ))
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(
+        (refused.code(), reason(&refused).as_str()),
+        (Code::ResourceExhausted, "TOO_MANY_CALLS"),
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("KiB of calls in flight"),
+        "{}",
+        refused.message()
+    );
+    assert!(
+        waited >= Duration::from_millis(300),
+        "refused after {waited:?}: it did not wait for room"
+    );
+    assert_eq!(db.key_rows("late").await, 0);
+    assert_eq!(db.balance(other).await, 100);
+
+    holder.query_drop("ROLLBACK").await.unwrap();
+    for call in parked {
+        call.await.unwrap().expect("the parked calls are served");
+    }
+    assert_eq!(db.balance(parked_on).await, 97);
+}
+
+/// A call that arrives while the budget is full is served when room comes: the
+/// parked calls end, and it takes their place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_waits_for_room_is_served_when_it_comes() {
+    let db = TestDb::new();
+    let app = app(&db).await;
+    let parked_on = app.funded_account("USD", 100).await;
+    let other = app.funded_account("USD", 100).await;
+    let (mut holder, parked) = fill(&app, &db, parked_on).await;
+
+    let channel = app.channel().await;
+    let waiting = tokio::spawn(async move {
+        pb::ledger_client::LedgerClient::new(channel)
+            .charge(with_deadline(
+                charge("waits", other, 5),
+                Duration::from_secs(20),
+            ))
+            .await
+    });
+    // While the budget is full it cannot reach its key, on an account nobody
+    // holds.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished());
+    assert_eq!(db.key_rows("waits").await, 0);
+
+    holder.query_drop("ROLLBACK").await.unwrap();
+    for call in parked {
+        call.await.unwrap().expect("the parked calls are served");
+    }
+    waiting.await.unwrap().expect("served once room came");
+    assert_eq!(db.balance(other).await, 95);
+}
+
+/// A call weighed at more than the whole budget is served alone: it waits for
+/// the whole budget, not for room that can never come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_heavier_than_the_budget_is_served_alone() {
+    let db = TestDb::new();
+    let app = app(&db).await;
+    let from = app.funded_account("USD", 1_000).await;
+    let to = app.funded_account("USD", 0).await;
+    // 256 legs: about 3 KB on the wire, weighed at some 100 KiB.
+    let legs = (0..256).map(|_| leg(from, to, 1)).collect();
+    app.client()
+        .await
+        .post(post("heavy", legs))
+        .await
+        .expect("served alone");
+    assert_eq!(db.balance(to).await, 256);
+}
