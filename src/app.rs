@@ -23,6 +23,7 @@ use crate::db::admin::purge::Purger;
 use crate::db::stream::Assigner;
 use crate::db::{self, BeforeCommit, Persistence};
 use crate::grpc::auth::Authenticator;
+use crate::grpc::connections;
 use crate::grpc::{
     Admission, LedgerService, PageTokens, ProtoEncoder, Reader, ResourceExhausted, Weighed,
 };
@@ -264,7 +265,10 @@ impl Application {
         let stop_accepting = CancellationToken::new();
         let console = console
             .map(|listener| spawn_console(listener, &settings, reader, &reporter, &stop_accepting));
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let incoming = connections::capped(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            settings.max_connections,
+        );
         let serving =
             router.serve_with_incoming_shutdown(incoming, stop_accepting.clone().cancelled_owned());
         let mut serving = std::pin::pin!(serving);
@@ -351,7 +355,10 @@ fn router(
     reader: Reader,
     reporter: &HealthReporter,
 ) -> anyhow::Result<tonic::transport::server::Router> {
-    let mut builder = Server::builder().max_concurrent_streams(settings.max_concurrent_streams);
+    let mut builder = Server::builder()
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        .initial_connection_window_size(connections::CONNECTION_WINDOW)
+        .initial_stream_window_size(connections::STREAM_WINDOW);
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls.config())?;
     }

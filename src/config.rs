@@ -159,6 +159,17 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub max_call_memory: u32,
 
+    /// WatchEntries streams served at once; more are refused with RESOURCE_EXHAUSTED
+    #[arg(long, env = "LEDGER_MAX_WATCHERS", default_value_t = 1024,
+        value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_watchers: u32,
+
+    /// Client connections served at once; at the limit new ones wait to be accepted
+    /// until one closes
+    #[arg(long, env = "LEDGER_MAX_CONNECTIONS", default_value_t = 256,
+        value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_connections: u32,
+
     /// Concurrent calls (HTTP/2 streams) one client connection may open; a client
     /// queues more until one ends
     #[arg(long, env = "LEDGER_MAX_CONCURRENT_STREAMS", default_value_t = 256,
@@ -344,6 +355,7 @@ impl ServeArgs {
                 max_attempts: self.max_attempts,
                 batch_writers: usize::try_from(self.batch_writers)?,
                 batch_stall: self.batch_stall,
+                max_watchers: usize::try_from(self.max_watchers)?,
             },
             migrate: !self.no_migrate,
             connect_timeout: self.database.connect_timeout,
@@ -355,6 +367,7 @@ impl ServeArgs {
             max_message_bytes: usize::try_from(self.max_message_size)?,
             max_concurrent_calls: usize::try_from(self.max_concurrent_calls)?,
             max_call_memory: usize::try_from(self.max_call_memory)? << 20,
+            max_connections: usize::try_from(self.max_connections)?,
             max_concurrent_streams: self.max_concurrent_streams,
             key_retention: self.key_retention,
             stream_assigner: self.stream_assigner == Switch::On,
@@ -437,6 +450,8 @@ pub struct Settings {
     pub max_concurrent_calls: usize,
     /// Bytes the calls in flight may hold between them, by their weights.
     pub max_call_memory: usize,
+    /// Client connections served at once.
+    pub max_connections: usize,
     /// HTTP/2 streams one connection may have open.
     pub max_concurrent_streams: u32,
     /// Purge key rows older than this (SPEC 3.5); `None` keeps them forever.

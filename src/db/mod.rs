@@ -256,6 +256,8 @@ pub struct Limits {
     /// (`group`): a batch that takes longer runs on in a task of its own, and
     /// the writer serves its other accounts meanwhile.
     pub batch_stall: Duration,
+    /// WatchEntries streams served at once.
+    pub max_watchers: usize,
 }
 
 /// Called inside each new-key transaction after its outcome is stored and before
@@ -384,6 +386,7 @@ impl Persistence {
         } else {
             (None, None)
         };
+        let tail = watch::Tail::new(limits.max_watchers);
         let this = Self {
             inner: Arc::new(Inner {
                 keyed: pools.keyed,
@@ -395,7 +398,7 @@ impl Persistence {
                 encoder,
                 before_commit,
                 group,
-                tail: watch::Tail::default(),
+                tail,
                 stream: Arc::default(),
             }),
         };

@@ -15,10 +15,13 @@
 //! - `pages`: the page tokens of ListEntries and ListHolds.
 //! - `deadline`: the caller's deadline from the `grpc-timeout` header.
 //! - `limits`: RESOURCE_EXHAUSTED for oversized requests.
+//! - `connections`: at most `--max-connections` client connections, and the
+//!   HTTP/2 windows that bound what each holds unread.
 //! - `weigh`: each call's place (under the limit of calls, and its share of the
 //!   memory budget by its request's size) taken before its request is read.
 
 pub mod auth;
+pub mod connections;
 mod deadline;
 mod limits;
 mod outcome;

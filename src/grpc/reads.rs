@@ -41,6 +41,10 @@ pub struct Admission {
     wait: Duration,
 }
 
+/// A call counted under the limit of calls, before its share of the budget.
+#[derive(Debug)]
+pub struct Counted(OwnedSemaphorePermit);
+
 /// A call's place: one of the calls served at once, and its share of the
 /// memory budget, both given back when it is dropped.
 #[derive(Debug)]
@@ -64,10 +68,15 @@ impl Admission {
         }
     }
 
-    /// Takes a place for `call`, weighed at `weight` bytes (at most the whole
-    /// budget): refused at once past the limit of calls; the share of the budget
-    /// is waited for until the call's deadline, or for the admission's wait.
+    /// Takes a place for `call`, weighed at `weight` bytes: [`Self::count`],
+    /// then [`Self::weigh`].
     pub async fn take_place(&self, weight: usize, call: &Call) -> Result<(), Error> {
+        let counted = self.count()?;
+        self.weigh(counted, weight, call).await
+    }
+
+    /// Counts a call under the limit of calls, or refuses it at once.
+    pub fn count(&self) -> Result<Counted, Error> {
         let one = self
             .calls
             .clone()
@@ -76,6 +85,13 @@ impl Admission {
                 limit: self.limit,
                 what: "calls",
             })?;
+        Ok(Counted(one))
+    }
+
+    /// Gives a counted call its share of the budget, `weight` bytes (at most the
+    /// whole budget), waited for until the call's deadline, or for the
+    /// admission's wait; `call` then holds both.
+    pub async fn weigh(&self, counted: Counted, weight: usize, call: &Call) -> Result<(), Error> {
         let kib = u32::try_from(weight.div_ceil(1024))
             .unwrap_or(u32::MAX)
             .clamp(1, self.budget_kib);
@@ -83,16 +99,15 @@ impl Admission {
             .deadline()
             .unwrap_or_else(|| Instant::now() + self.wait);
         let share = self.memory.clone().acquire_many_owned(kib);
-        let refused = || Error::Overloaded {
-            limit: self.budget_kib as usize,
-            what: "KiB of calls in flight",
-        };
         // The semaphore is never closed: only the deadline refuses.
         let Ok(Ok(memory)) = tokio::time::timeout_at(until, share).await else {
-            return Err(refused());
+            return Err(Error::Overloaded {
+                limit: self.budget_kib as usize,
+                what: "KiB of calls in flight",
+            });
         };
         call.hold_place(Place {
-            _call: one,
+            _call: counted.0,
             _memory: memory,
         });
         Ok(())

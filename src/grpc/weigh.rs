@@ -105,6 +105,12 @@ where
                 return inner.call(request).await;
             };
             let call = deadline::call_at_arrival(request.headers());
+            // Counted before anything of the request is read: what calls that
+            // wait for room hold is bounded by their number.
+            let counted = match admission.count() {
+                Ok(counted) => counted,
+                Err(e) => return Ok(report(&e).into_http()),
+            };
             let (mut parts, body) = request.into_parts();
             let (length, body) = match read_prefix(body).await {
                 Ok(read) => read,
@@ -115,7 +121,7 @@ where
                 // Malformed or too large: tonic refuses it without reading on.
                 _ => base,
             };
-            if let Err(e) = admission.take_place(weight, &call).await {
+            if let Err(e) = admission.weigh(counted, weight, &call).await {
                 return Ok(report(&e).into_http());
             }
             parts.extensions.insert(call.clone());

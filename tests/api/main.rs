@@ -15,7 +15,7 @@ mod support;
 mod audit;
 mod balances;
 mod bounded_waits;
-mod budget;
+mod capacity;
 mod commit_check;
 mod console;
 mod declines;

@@ -34,6 +34,8 @@ pub struct Config {
     pub max_concurrent_calls: Option<usize>,
     /// Bytes the calls in flight may hold, by their weights.
     pub max_call_memory: Option<usize>,
+    /// Client connections served at once.
+    pub max_connections: Option<usize>,
     /// The database URL, when not the test database's own (another cluster node,
     /// a proxy).
     pub database_url: Option<String>,
@@ -68,6 +70,7 @@ impl Default for Config {
             max_message_bytes: None,
             max_concurrent_calls: None,
             max_call_memory: None,
+            max_connections: None,
             database_url: None,
             session_init: None,
             multi_primary: None,
@@ -108,6 +111,9 @@ impl Config {
         }
         if let Some(bytes) = self.max_call_memory {
             settings.max_call_memory = bytes;
+        }
+        if let Some(connections) = self.max_connections {
+            settings.max_connections = connections;
         }
         if let Some(migrate) = self.migrate {
             settings.migrate = migrate;

@@ -48,9 +48,6 @@ const AFTER_FAILURE: Duration = Duration::from_secs(1);
 /// ticks, at most 8,000 entries in memory. Past that, the watcher reads from the
 /// database instead.
 const CAPACITY: usize = 8;
-/// Watchers one instance serves at once; each holds a task and, while it catches
-/// up, connections of the read pool in turn.
-pub(crate) const MAX_WATCHERS: usize = 1024;
 
 /// Entries `first..=last`, every account's, with no hole.
 #[derive(Debug, Clone)]
@@ -96,6 +93,9 @@ struct Shared {
     published: AtomicU64,
     reads: AtomicU64,
     catch_ups: AtomicU64,
+    /// Watchers served at once (`--max-watchers`); each holds a task and, while
+    /// it catches up, connections of the read pool in turn.
+    max_watchers: usize,
 }
 
 #[derive(Debug, Default)]
@@ -105,8 +105,9 @@ struct State {
     running: bool,
 }
 
-impl Default for Tail {
-    fn default() -> Self {
+impl Tail {
+    /// A tail for at most `max_watchers` watchers at once.
+    pub(crate) fn new(max_watchers: usize) -> Self {
         Self {
             shared: Arc::new(Shared {
                 batches: broadcast::channel(CAPACITY).0,
@@ -117,6 +118,7 @@ impl Default for Tail {
                 published: AtomicU64::new(0),
                 reads: AtomicU64::new(0),
                 catch_ups: AtomicU64::new(0),
+                max_watchers,
             }),
         }
     }
@@ -148,9 +150,9 @@ impl Tail {
             return Err(Error::ShuttingDown);
         }
         let mut state = self.shared.lock();
-        if state.watchers >= MAX_WATCHERS {
+        if state.watchers >= self.shared.max_watchers {
             return Err(Error::Overloaded {
-                limit: MAX_WATCHERS,
+                limit: self.shared.max_watchers,
                 what: "WatchEntries streams",
             });
         }

@@ -1,8 +1,10 @@
-//! The memory budget of calls in flight (`--max-call-memory`): each call is
-//! weighed by its request's size before the request is read, waits for room in
-//! order of arrival within its deadline, and is refused having done nothing when
-//! none comes. Each test fills the budget with charges parked on a row an
-//! outside transaction holds, so the budget is full for as long as the test says.
+//! What an instance takes on at once. The memory budget of calls in flight
+//! (`--max-call-memory`): each call is weighed by its request's size before the
+//! request is read, waits for room in order of arrival within its deadline, and
+//! is refused having done nothing when none comes; the tests fill the budget with
+//! charges parked on a row an outside transaction holds, so it is full for as
+//! long as a test says. And the client connections (`--max-connections`): one
+//! past the limit waits to be accepted until another closes.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +13,7 @@ use mysql_async::prelude::Queryable as _;
 use tonic::Code;
 
 use crate::support::{
-    Config, TestApp, TestDb, charge, leg, post, reason, until_in_flight, with_deadline,
+    Config, TestApp, TestDb, charge, leg, open_funded, post, reason, until_in_flight, with_deadline,
 };
 
 /// Three parked charges of a few bytes each (8 KiB and 32 bytes per byte of
@@ -150,4 +152,45 @@ async fn a_call_heavier_than_the_budget_is_served_alone() {
         .await
         .expect("served alone");
     assert_eq!(db.balance(to).await, 256);
+}
+
+/// At `--max-connections`, a further connection is not served until one of
+/// those open closes; then it is, and its call with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_past_the_limit_waits_until_one_closes() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(
+        &db,
+        Config {
+            max_connections: Some(1),
+            ..Config::default()
+        },
+    )
+    .await;
+    let first = app.channel().await;
+    let account = open_funded(
+        &mut pb::ledger_client::LedgerClient::new(first.clone()),
+        "first",
+        "USD",
+        100,
+    )
+    .await;
+
+    let second = app.channel().await;
+    let waiting = tokio::spawn(async move {
+        pb::ledger_client::LedgerClient::new(second)
+            .charge(charge("second", account, 1))
+            .await
+    });
+    // The only place is the first connection's.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished());
+    assert_eq!(db.key_rows("second").await, 0);
+
+    drop(first);
+    let served = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("served once the first connection closed");
+    served.unwrap().expect("charged");
+    assert_eq!(db.balance(account).await, 99);
 }
