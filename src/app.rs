@@ -28,6 +28,7 @@ use crate::grpc::{
     Admission, LedgerService, PageTokens, ProtoEncoder, Reader, ResourceExhausted, Weighed,
 };
 use crate::health;
+use crate::memory;
 use crate::proto::pb;
 use crate::telemetry::metrics;
 
@@ -272,6 +273,9 @@ impl Application {
         let serving =
             router.serve_with_incoming_shutdown(incoming, stop_accepting.clone().cancelled_owned());
         let mut serving = std::pin::pin!(serving);
+        let bound = memory::Bound::of(&settings, memory::resident().unwrap_or(0));
+        metrics::memory_bound(bound.total());
+        tracing::info!(memory_bound_bytes = bound.total(), "memory bound {bound}");
         tracing::info!(%addr, tls = settings.tls.is_some(), auth = settings.auth.is_some(), "serving ledger.v1.Ledger");
         tokio::select! {
             failed = &mut serving => {

@@ -38,6 +38,7 @@
 //! - [`health`]: the gRPC health status, following the database.
 //! - [`config`], [`telemetry`], [`app`]: flags and the settings they make, logs
 //!   and metrics, building and serving.
+//! - [`memory`]: the memory an instance can come to hold, from its limits.
 //!
 //! Outside this library, in the same workspace:
 //!
@@ -61,6 +62,7 @@ pub mod error;
 pub mod grpc;
 pub mod health;
 pub mod ledger;
+pub mod memory;
 pub mod ops;
 pub mod proto;
 pub mod telemetry;

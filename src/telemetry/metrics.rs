@@ -25,6 +25,7 @@ const ID_BLOCK_WAITS: &str = "ledger_id_block_waits_total";
 const KEYS_PURGED: &str = "ledger_keys_purged_total";
 const OLDEST_KEY_AGE: &str = "ledger_oldest_key_age_seconds";
 const STREAM_WATCHERS: &str = "ledger_stream_watchers";
+const MEMORY_BOUND: &str = "ledger_memory_bound_bytes";
 const STREAM_ENTRIES: &str = "ledger_stream_entries_total";
 const STREAM_LAG: &str = "ledger_stream_lag_seconds";
 const STREAM_SEQUENCE: &str = "ledger_stream_sequence";
@@ -132,6 +133,10 @@ fn describe() {
         "age of the oldest idempotency key row, as of the last purge"
     );
     describe_gauge!(STREAM_WATCHERS, "WatchEntries streams connected");
+    describe_gauge!(
+        MEMORY_BOUND,
+        "the memory the instance can come to hold, computed at start from its limits"
+    );
     describe_counter!(STREAM_ENTRIES, "entries sent to WatchEntries streams");
     describe_histogram!(
         STREAM_LAG,
@@ -247,6 +252,11 @@ pub fn oldest_key_age(seconds: f64) {
 #[expect(clippy::cast_precision_loss, reason = "a count of watchers")]
 pub fn stream_watchers(watchers: isize) {
     gauge!(STREAM_WATCHERS).increment(watchers as f64);
+}
+
+#[expect(clippy::cast_precision_loss, reason = "a size in bytes")]
+pub fn memory_bound(bytes: usize) {
+    gauge!(MEMORY_BOUND).set(bytes as f64);
 }
 
 pub fn stream_entries(entries: u64) {
