@@ -16,7 +16,10 @@ mod support;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable as _;
-use support::{Config, Gate, TestApp, TestDb, charge, leg, number_entries, post, raw_call, scrape};
+use support::{
+    Config, Gate, TestApp, TestDb, charge, leg, number_entries, park_charges, post, raw_call,
+    scrape, with_deadline,
+};
 
 fn free_addr() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -130,6 +133,60 @@ async fn metrics_count_calls_replays_reuses_lock_waits_and_retries() {
     assert_eq!(value("ledger_stream_entries_total"), watched);
     stream_metrics(&db, metrics).await;
     a_large_post_retires_its_connection(&app, metrics).await;
+    memory_waits(&db, metrics).await;
+}
+
+/// A call that finds no room in `--max-call-memory` waits, counted; refused when
+/// its deadline passes first, it counts as RESOURCE_EXHAUSTED among the RPCs,
+/// though its handler never ran. (On an instance of its own, whose metrics go
+/// to the process's one recorder.)
+async fn memory_waits(db: &TestDb, metrics: std::net::SocketAddr) {
+    let app = TestApp::spawn_with(
+        db,
+        Config {
+            // Three parked charges fill it.
+            max_call_memory: Some(30 * 1024),
+            ..Config::default()
+        },
+    )
+    .await;
+    let account = app.funded_account("USD", 100).await;
+    let other = app.funded_account("USD", 100).await;
+    let m = scrape(metrics).await;
+    let value = |m: &std::collections::HashMap<String, u64>, series: &str| {
+        m.get(series).copied().unwrap_or(0)
+    };
+    let (waits, refused) = (
+        value(&m, "ledger_call_memory_waits_total"),
+        value(
+            &m,
+            r#"ledger_rpcs_total{method="Charge",code="RESOURCE_EXHAUSTED"}"#,
+        ),
+    );
+    let (mut holder, parked) = park_charges(&app, db, account, 3).await;
+    let status = app
+        .client()
+        .await
+        .charge(with_deadline(
+            charge("late", other, 1),
+            Duration::from_millis(300),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    let m = scrape(metrics).await;
+    assert_eq!(value(&m, "ledger_call_memory_waits_total"), waits + 1);
+    assert_eq!(
+        value(
+            &m,
+            r#"ledger_rpcs_total{method="Charge",code="RESOURCE_EXHAUSTED"}"#
+        ),
+        refused + 1
+    );
+    holder.query_drop("ROLLBACK").await.unwrap();
+    for call in parked {
+        call.await.unwrap().unwrap();
+    }
 }
 
 /// The calls so far left every connection pooled; a post of 256 legs to 256

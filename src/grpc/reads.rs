@@ -24,6 +24,7 @@ use crate::error::Error;
 use crate::ledger::{EntryId, HoldId, HoldState, ScopedKey};
 use crate::ops::{Method, account_message, entry_message, hold_message, limits_message, timestamp};
 use crate::proto::pb;
+use crate::telemetry::metrics;
 
 /// Who may call what, and how many calls are served at once: past the limit of
 /// calls, new calls are refused at once (RESOURCE_EXHAUSTED / TOO_MANY_CALLS)
@@ -72,7 +73,14 @@ impl Admission {
     /// then [`Self::weigh`].
     pub async fn take_place(&self, weight: usize, call: &Call) -> Result<(), Error> {
         let counted = self.count()?;
-        self.weigh(counted, weight, call).await
+        self.weigh(counted, weight, call, self.until(call)).await
+    }
+
+    /// How long `call` may wait to be admitted: until its deadline, or for the
+    /// admission's wait from now.
+    pub fn until(&self, call: &Call) -> Instant {
+        call.deadline()
+            .unwrap_or_else(|| Instant::now() + self.wait)
     }
 
     /// Counts a call under the limit of calls, or refuses it at once.
@@ -89,22 +97,31 @@ impl Admission {
     }
 
     /// Gives a counted call its share of the budget, `weight` bytes (at most the
-    /// whole budget), waited for until the call's deadline, or for the
-    /// admission's wait; `call` then holds both.
-    pub async fn weigh(&self, counted: Counted, weight: usize, call: &Call) -> Result<(), Error> {
+    /// whole budget), waited for until `until` ([`Self::until`]); `call` then
+    /// holds both.
+    pub async fn weigh(
+        &self,
+        counted: Counted,
+        weight: usize,
+        call: &Call,
+        until: Instant,
+    ) -> Result<(), Error> {
         let kib = u32::try_from(weight.div_ceil(1024))
             .unwrap_or(u32::MAX)
             .clamp(1, self.budget_kib);
-        let until = call
-            .deadline()
-            .unwrap_or_else(|| Instant::now() + self.wait);
-        let share = self.memory.clone().acquire_many_owned(kib);
-        // The semaphore is never closed: only the deadline refuses.
-        let Ok(Ok(memory)) = tokio::time::timeout_at(until, share).await else {
-            return Err(Error::Overloaded {
-                limit: self.budget_kib as usize,
-                what: "KiB of calls in flight",
-            });
+        let memory = if let Ok(memory) = self.memory.clone().try_acquire_many_owned(kib) {
+            memory
+        } else {
+            metrics::call_memory_wait();
+            let share = self.memory.clone().acquire_many_owned(kib);
+            // The semaphore is never closed: only the deadline refuses.
+            let Ok(Ok(memory)) = tokio::time::timeout_at(until, share).await else {
+                return Err(Error::Overloaded {
+                    limit: self.budget_kib as usize,
+                    what: "KiB of calls in flight",
+                });
+            };
+            memory
         };
         call.hold_place(Place {
             _call: counted.0,

@@ -4,11 +4,13 @@
 //! arrives. A call that does not fit waits, in order of arrival, within its
 //! deadline (or `--pool-timeout` without one), its message unread in the
 //! connection's HTTP/2 window; past that it is refused (RESOURCE_EXHAUSTED /
-//! TOO_MANY_CALLS) having done nothing. The place is the [`Call`]'s: the
-//! handler finds the call in the request's extensions, and the reply holds it
-//! until it is sent, so a place is given back only when nothing of the call is
-//! left. WatchEntries streams are not weighed: they are bounded by their own
-//! limit and buffers.
+//! TOO_MANY_CALLS) having done nothing. A call is counted before its first
+//! bytes are read, and gives its place back (DEADLINE_EXCEEDED) if they do not
+//! come within the same wait. The place is the [`Call`]'s: the handler finds
+//! the call in the request's extensions, and the reply holds it until it is
+//! sent, so a place is given back only when nothing of the call is left.
+//! WatchEntries streams are not weighed: they are bounded by their own limit
+//! and buffers.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -19,6 +21,7 @@ use futures::future::BoxFuture;
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use strum::IntoEnumIterator;
+use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tower::Service;
@@ -27,7 +30,9 @@ use super::deadline;
 use super::reads::Admission;
 use super::status::report;
 use crate::call::Call;
+use crate::error::{Error, Recorded};
 use crate::ops::Method;
+use crate::telemetry::metrics;
 
 /// What a call weighs besides its request: its task, its state, the statements
 /// it sends and its reply, for a call of a few entries.
@@ -104,25 +109,43 @@ where
             let Some(base) = weight(&method, 0) else {
                 return inner.call(request).await;
             };
+            let arrived = Instant::now();
             let call = deadline::call_at_arrival(request.headers());
+            let refuse = |e: &Error| {
+                let status = report(e);
+                metrics::rpc_refused(&method, status.code(), arrived.elapsed());
+                tracing::debug!(
+                    method,
+                    error = e.label(),
+                    "refused before the request was read"
+                );
+                status.into_http()
+            };
             // Counted before anything of the request is read: what calls that
             // wait for room hold is bounded by their number.
             let counted = match admission.count() {
                 Ok(counted) => counted,
-                Err(e) => return Ok(report(&e).into_http()),
+                Err(e) => return Ok(refuse(&e)),
             };
             let (mut parts, body) = request.into_parts();
-            let (length, body) = match read_prefix(body).await {
-                Ok(read) => read,
-                Err(refused) => return Ok(refused),
+            // A request whose first bytes do not come within its wait gives its
+            // place back: a caller cannot hold places by sending nothing.
+            let until = admission.until(&call);
+            let (length, body) = match tokio::time::timeout_at(until, read_prefix(body)).await {
+                Ok(Ok(read)) => read,
+                Ok(Err(refused)) => return Ok(refused),
+                Err(_) => {
+                    let recorded = Recorded::Nothing;
+                    return Ok(refuse(&Error::DeadlineExceeded { recorded }));
+                }
             };
             let weight = match length {
                 Some(length) if length <= max => weight(&method, length).unwrap_or(base),
                 // Malformed or too large: tonic refuses it without reading on.
                 _ => base,
             };
-            if let Err(e) = admission.weigh(counted, weight, &call).await {
-                return Ok(report(&e).into_http());
+            if let Err(e) = admission.weigh(counted, weight, &call, until).await {
+                return Ok(refuse(&e));
             }
             parts.extensions.insert(call.clone());
             let response = inner.call(http::Request::from_parts(parts, body)).await?;

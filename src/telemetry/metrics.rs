@@ -20,6 +20,7 @@ const PHASE_SECONDS: &str = "ledger_transaction_phase_seconds";
 const BATCH_SPLITS: &str = "ledger_batch_splits_total";
 const BATCH_WAITING: &str = "ledger_batch_waiting_calls";
 const BATCH_STALLS: &str = "ledger_batch_stalls_total";
+const MEMORY_WAITS: &str = "ledger_call_memory_waits_total";
 const CONNECTIONS_RETIRED: &str = "ledger_db_connections_retired_total";
 const ID_BLOCK_WAITS: &str = "ledger_id_block_waits_total";
 const KEYS_PURGED: &str = "ledger_keys_purged_total";
@@ -115,6 +116,10 @@ fn describe() {
         "keyed calls waiting for a group-commit writer"
     );
     describe_counter!(
+        MEMORY_WAITS,
+        "calls that found no room for their weight in --max-call-memory and waited for it"
+    );
+    describe_counter!(
         BATCH_STALLS,
         "group-commit batches that outlasted the stall bound while a call waited, and ran on apart from their writer"
     );
@@ -156,6 +161,16 @@ fn describe() {
 pub fn rpc(method: &'static str, code: tonic::Code, elapsed: Duration) {
     counter!(RPCS, "method" => method, "code" => code_name(code)).increment(1);
     histogram!(RPC_SECONDS, "method" => method).record(elapsed.as_secs_f64());
+}
+
+/// An RPC refused before its handler ran, named by its request's path.
+pub fn rpc_refused(method: &str, code: tonic::Code, elapsed: Duration) {
+    counter!(RPCS, "method" => method.to_owned(), "code" => code_name(code)).increment(1);
+    histogram!(RPC_SECONDS, "method" => method.to_owned()).record(elapsed.as_secs_f64());
+}
+
+pub fn call_memory_wait() {
+    counter!(MEMORY_WAITS).increment(1);
 }
 
 pub fn replay(method: &'static str) {

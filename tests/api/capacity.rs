@@ -13,7 +13,8 @@ use mysql_async::prelude::Queryable as _;
 use tonic::Code;
 
 use crate::support::{
-    Config, TestApp, TestDb, charge, leg, open_funded, post, reason, until_in_flight, with_deadline,
+    Config, TestApp, TestDb, charge, leg, open_funded, park_charges, post, reason, silent_call,
+    with_deadline,
 };
 
 /// Three parked charges of a few bytes each (8 KiB and 32 bytes per byte of
@@ -31,32 +32,6 @@ async fn app(db: &TestDb) -> TestApp {
     .await
 }
 
-/// Parks three charges on `account`, whose row `db`'s returned connection holds.
-async fn fill(
-    app: &TestApp,
-    db: &TestDb,
-    account: u64,
-) -> (
-    mysql_async::Conn,
-    Vec<tokio::task::JoinHandle<Result<tonic::Response<pb::ChargeReply>, tonic::Status>>>,
-) {
-    let holder = db.lock_account(account).await;
-    let channel = app.channel().await;
-    let parked = (0..3)
-        .map(|i| {
-            let channel = channel.clone();
-            tokio::spawn(async move {
-                pb::ledger_client::LedgerClient::new(channel)
-                    .charge(charge(&format!("p{i}"), account, 1))
-                    .await
-            })
-        })
-        .collect();
-    until_in_flight(db, &[app], "p_", 3).await;
-    db.until_waiting_on("accounts", 1).await;
-    (holder, parked)
-}
-
 /// With the budget full, a call on another account waits for room until its
 /// deadline, then is refused with RESOURCE_EXHAUSTED / TOO_MANY_CALLS, having
 /// recorded nothing; the parked calls are served once their row is let go.
@@ -66,7 +41,7 @@ async fn a_call_that_does_not_fit_waits_within_its_deadline_then_is_refused() {
     let app = app(&db).await;
     let parked_on = app.funded_account("USD", 100).await;
     let other = app.funded_account("USD", 100).await;
-    let (mut holder, parked) = fill(&app, &db, parked_on).await;
+    let (mut holder, parked) = park_charges(&app, &db, parked_on, 3).await;
 
     let started = Instant::now();
     let refused = app
@@ -111,7 +86,7 @@ async fn a_call_that_waits_for_room_is_served_when_it_comes() {
     let app = app(&db).await;
     let parked_on = app.funded_account("USD", 100).await;
     let other = app.funded_account("USD", 100).await;
-    let (mut holder, parked) = fill(&app, &db, parked_on).await;
+    let (mut holder, parked) = park_charges(&app, &db, parked_on, 3).await;
 
     let channel = app.channel().await;
     let waiting = tokio::spawn(async move {
@@ -193,4 +168,55 @@ async fn a_connection_past_the_limit_waits_until_one_closes() {
         .expect("served once the first connection closed");
     served.unwrap().expect("charged");
     assert_eq!(db.balance(account).await, 99);
+}
+
+/// A call is counted before its request is read; one whose request never
+/// comes holds its place only for as long as a call may wait to be admitted
+/// (without a deadline, `--pool-timeout`), then is refused with
+/// DEADLINE_EXCEEDED, and the place serves the next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_request_never_comes_gives_its_place_back() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(
+        &db,
+        Config {
+            max_concurrent_calls: Some(1),
+            pool_timeout: Duration::from_secs(2),
+            ..Config::default()
+        },
+    )
+    .await;
+    let account = app.funded_account("USD", 100).await;
+    let channel = app.channel().await;
+    let started = Instant::now();
+    let silent = tokio::spawn(silent_call(channel, "Charge", None));
+
+    // Until the silent call holds the one place, charges pass; then they are
+    // refused at once.
+    let mut client = app.client().await;
+    let mut i = 0;
+    let refused = loop {
+        i += 1;
+        match client.charge(charge(&format!("c{i}"), account, 1)).await {
+            Ok(_) => assert!(started.elapsed() < Duration::from_secs(1), "never held"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(
+        (refused.code(), reason(&refused).as_str()),
+        (Code::ResourceExhausted, "TOO_MANY_CALLS")
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+
+    let status = tokio::time::timeout(Duration::from_secs(10), silent)
+        .await
+        .expect("refused after --pool-timeout")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    client
+        .charge(charge("after", account, 1))
+        .await
+        .expect("the place came back");
 }

@@ -14,8 +14,8 @@ use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::support::proxy::Proxy;
 use crate::support::{
-    Config, TestApp, TestDb, assert_audit_passes, charge, reason, replayed, run_ledger, token_line,
-    until_health, until_in_flight, with_deadline, with_token,
+    Config, TestApp, TestDb, assert_audit_passes, charge, park_charges, reason, replayed,
+    run_ledger, token_line, until_health, until_in_flight, with_deadline, with_token,
 };
 
 const NOTHING: &str = "nothing was recorded";
@@ -347,21 +347,8 @@ async fn calls_past_the_limit_are_refused_not_queued() {
     )
     .await;
     let account = app.funded_account("USD", 100).await;
-    let mut holder = db.lock_account(account).await;
-    let channel = app.channel().await;
-    let parked: Vec<_> = (0..3)
-        .map(|i| {
-            let channel = channel.clone();
-            tokio::spawn(async move {
-                pb::ledger_client::LedgerClient::new(channel)
-                    .charge(charge(&format!("p{i}"), account, 1))
-                    .await
-            })
-        })
-        .collect();
     // All three are in flight, waiting for the account.
-    until_in_flight(&db, &[&app], "p_", 3).await;
-    db.until_waiting_on("accounts", 1).await;
+    let (mut holder, parked) = park_charges(&app, &db, account, 3).await;
     let started = Instant::now();
     let refused = app
         .client()

@@ -14,6 +14,7 @@ use tonic::transport::Channel;
 
 use super::gate::Gate;
 use super::server::TestDb;
+use super::wire::charge;
 
 /// Per-instance knobs a test may change. The service's own defaults
 /// (`Settings::new`) apply to everything left `None`; the first three are the
@@ -302,6 +303,37 @@ pub async fn until_waiting(db: &TestDb, apps: &[&TestApp], n: u64) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("fewer than {n} calls came to wait behind the key in flight");
+}
+
+/// Charges in flight on an account whose row is held: each holds its place
+/// under the instance's limits until the row is let go.
+pub type Parked =
+    Vec<tokio::task::JoinHandle<Result<tonic::Response<pb::ChargeReply>, tonic::Status>>>;
+
+/// Parks `n` charges of 1 on `account` (keys `p0`, `p1`, ...) behind its row,
+/// which the returned connection holds in a transaction; returns once all are
+/// in flight and one waits on the row.
+pub async fn park_charges(
+    app: &TestApp,
+    db: &TestDb,
+    account: u64,
+    n: usize,
+) -> (mysql_async::Conn, Parked) {
+    let holder = db.lock_account(account).await;
+    let channel = app.channel().await;
+    let parked = (0..n)
+        .map(|i| {
+            let channel = channel.clone();
+            tokio::spawn(async move {
+                LedgerClient::new(channel)
+                    .charge(charge(&format!("p{i}"), account, 1))
+                    .await
+            })
+        })
+        .collect();
+    until_in_flight(db, &[app], "p_", u64::try_from(n).unwrap()).await;
+    db.until_waiting_on("accounts", 1).await;
+    (holder, parked)
 }
 
 /// Polls until `n` calls with keys matching `pattern` (SQL LIKE) are in flight:

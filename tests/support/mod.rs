@@ -38,7 +38,7 @@ pub mod storm;
 pub mod stream;
 pub mod wire;
 
-pub use app::{Config, TestApp, open_funded, until_in_flight, until_waiting};
+pub use app::{Config, TestApp, open_funded, park_charges, until_in_flight, until_waiting};
 pub use gate::{Gate, HeldCharge};
 pub use process::{LedgerProcess, free_port, run_ledger, until_health};
 pub use server::{
@@ -52,6 +52,6 @@ pub use stream::{
 };
 pub use wire::{
     Bearer, capture, charge, credit, hex, info, leg, limits, open_account, place_hold, post,
-    raw_call, reason, refund, replayed, reverse, scrape, set_limits, token_line, transfer, void,
-    with_deadline, with_token,
+    raw_call, reason, refund, replayed, reverse, scrape, set_limits, silent_call, token_line,
+    transfer, void, with_deadline, with_token,
 };

@@ -188,6 +188,26 @@ pub async fn raw_call(
     Ok((metadata, body))
 }
 
+/// A call that sends its headers (with a deadline of `timeout`, if any) and
+/// never a byte of its request.
+pub async fn silent_call(
+    channel: Channel,
+    method: &'static str,
+    timeout: Option<std::time::Duration>,
+) -> Result<Bytes, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let path = format!("/ledger.v1.Ledger/{method}").parse().unwrap();
+    let mut request = tonic::Request::new(futures::stream::pending::<Bytes>());
+    if let Some(timeout) = timeout {
+        request.set_timeout(timeout);
+    }
+    let response = grpc.client_streaming(request, path, RawCodec).await?;
+    Ok(response.into_inner())
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 struct RawCodec;
 
