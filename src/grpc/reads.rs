@@ -6,10 +6,9 @@
 //! concurrent calls to both.
 
 use std::sync::Arc;
-
-use prost::Message as _;
 use std::time::Duration;
 
+use prost::Message as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tonic::Code;
