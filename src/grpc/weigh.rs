@@ -14,6 +14,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -50,13 +51,18 @@ pub(super) const READ_BYTES: usize = 512 * 1024;
 const PREFIX: usize = 5;
 
 /// The bytes a call of `method` (the path's last segment) with a request of
-/// `length` bytes is weighed at; `None` for a call that is not weighed.
-fn weight(method: &str, length: usize) -> Option<usize> {
-    if method == "WatchEntries" {
-        return None;
-    }
+/// `length` bytes is weighed at, `reads` naming the read RPCs; `None` for a call
+/// that is not weighed: a WatchEntries stream, or a method the service does not
+/// have (tonic answers UNIMPLEMENTED at once).
+fn weight(reads: &[String], method: &str, length: usize) -> Option<usize> {
     let keyed = <Method as IntoEnumIterator>::iter().any(|m| m.name() == method);
-    let base = if keyed { CALL_BYTES } else { READ_BYTES };
+    let base = if keyed {
+        CALL_BYTES
+    } else if reads.iter().any(|r| r == method) {
+        READ_BYTES
+    } else {
+        return None;
+    };
     Some(base.saturating_add(length.saturating_mul(REQUEST_FACTOR)))
 }
 
@@ -66,15 +72,23 @@ fn weight(method: &str, length: usize) -> Option<usize> {
 pub struct Weighed<S> {
     inner: S,
     admission: Admission,
+    /// The read RPCs (every method but the keyed ones and WatchEntries).
+    reads: Arc<[String]>,
     /// Larger requests are left to tonic to refuse, unread.
     max_message_bytes: usize,
 }
 
 impl<S> Weighed<S> {
     pub fn new(inner: S, admission: Admission, max_message_bytes: usize) -> Self {
+        let reads = super::method_names()
+            .into_iter()
+            .filter(|name| name != "WatchEntries")
+            .filter(|name| !<Method as IntoEnumIterator>::iter().any(|m| m.name() == name))
+            .collect();
         Self {
             inner,
             admission,
+            reads,
             max_message_bytes,
         }
     }
@@ -102,11 +116,12 @@ where
         let ready = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, ready);
         let admission = self.admission.clone();
+        let read_rpcs = self.reads.clone();
         let max = self.max_message_bytes;
         Box::pin(async move {
             let path = request.uri().path();
             let method = path.rsplit('/').next().unwrap_or_default().to_owned();
-            let Some(base) = weight(&method, 0) else {
+            let Some(base) = weight(&read_rpcs, &method, 0) else {
                 return inner.call(request).await;
             };
             let arrived = Instant::now();
@@ -140,7 +155,9 @@ where
                 }
             };
             let weight = match length {
-                Some(length) if length <= max => weight(&method, length).unwrap_or(base),
+                Some(length) if length <= max => {
+                    weight(&read_rpcs, &method, length).unwrap_or(base)
+                }
                 // Malformed or too large: tonic refuses it without reading on.
                 _ => base,
             };
@@ -238,10 +255,14 @@ impl http_body::Body for Holding {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
     fn a_keyed_call_weighs_its_request_and_a_read_its_page() {
+        let reads = ["ListEntries".to_owned()];
+        let weight = |method, length| weight(&reads, method, length);
         assert_eq!(
             weight("Charge", 100),
             Some(CALL_BYTES + 100 * REQUEST_FACTOR)
@@ -255,7 +276,28 @@ mod tests {
             Some(READ_BYTES + 40 * REQUEST_FACTOR)
         );
         assert_eq!(weight("WatchEntries", 40), None);
+        assert_eq!(weight("NoSuchMethod", 40), None);
         assert_eq!(weight("Post", usize::MAX), Some(usize::MAX));
+    }
+
+    #[test]
+    fn the_reads_are_every_method_but_the_keyed_ones_and_the_stream() {
+        let weighed = Weighed::new((), Admission::new(1, 1024, Duration::from_secs(1)), 1024);
+        for read in [
+            "GetAccount",
+            "ListEntries",
+            "SearchEntries",
+            "GetBalance",
+            "LookupKey",
+        ] {
+            assert!(weighed.reads.iter().any(|r| r == read), "{read}");
+        }
+        assert!(
+            !weighed
+                .reads
+                .iter()
+                .any(|r| r == "Charge" || r == "WatchEntries")
+        );
     }
 
     fn body_of(chunks: &[&'static [u8]]) -> Body {
