@@ -135,6 +135,7 @@ pub struct Application {
     /// The web console's, when it is on.
     console: Option<TcpListener>,
     persistence: Persistence,
+    admission: Admission,
     pages: PageTokens,
     settings: Settings,
 }
@@ -192,10 +193,16 @@ impl Application {
             Some(console) => Some(bind_console(console).await?),
             None => None,
         };
+        let admission = Admission::new(
+            settings.max_concurrent_calls,
+            settings.max_call_memory,
+            settings.pool.checkout_timeout,
+        );
         Ok(Self {
             listener,
             console,
             persistence,
+            admission,
             pages,
             settings,
         })
@@ -218,6 +225,11 @@ impl Application {
         &self.persistence
     }
 
+    /// What every call is admitted through.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
     /// Serves until `shutdown` completes. Then: end the WatchEntries streams (they
     /// never end by themselves), report NOT_SERVING (and keep serving for the
     /// shutdown delay), stop accepting calls, let those in flight finish within the
@@ -227,6 +239,7 @@ impl Application {
             listener,
             console,
             persistence,
+            admission,
             pages,
             settings,
         } = self;
@@ -253,15 +266,7 @@ impl Application {
             tokio::spawn(assigner.run(stop_watching.clone()))
         });
 
-        let reader = Reader::new(
-            persistence.read_only(),
-            pages,
-            Admission::new(
-                settings.max_concurrent_calls,
-                settings.max_call_memory,
-                settings.pool.checkout_timeout,
-            ),
-        );
+        let reader = Reader::new(persistence.read_only(), pages, admission);
         let router = router(&settings, &persistence, reader.clone(), &reporter)?;
         let stop_accepting = CancellationToken::new();
         let console = console

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable as _;
 use support::{
-    Config, Gate, TestApp, TestDb, charge, leg, number_entries, park_charges, post, raw_call,
-    scrape, with_deadline,
+    Config, Gate, TestApp, TestDb, charge, charge_refused_for_room, leg, number_entries,
+    park_charges, post, raw_call, scrape,
 };
 
 fn free_addr() -> std::net::SocketAddr {
@@ -164,17 +164,14 @@ async fn memory_waits(db: &TestDb, metrics: std::net::SocketAddr) {
         ),
     );
     let (mut holder, parked) = park_charges(&app, db, account, 3).await;
-    let status = app
-        .client()
-        .await
-        .charge(with_deadline(
-            charge("late", other, 1),
-            Duration::from_secs(2),
-        ))
-        .await
-        .unwrap_err();
+    let (status, m) = tokio::join!(charge_refused_for_room(&app, other), async {
+        app.until_waiting_for_room(1).await;
+        scrape(metrics).await
+    });
+    assert_eq!(value(&m, "ledger_calls_waiting_for_memory"), 1);
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
     let m = scrape(metrics).await;
+    assert_eq!(value(&m, "ledger_calls_waiting_for_memory"), 0);
     assert_eq!(value(&m, "ledger_call_memory_waits_total"), waits + 1);
     assert_eq!(
         value(

@@ -6,8 +6,9 @@
 //! - `auth`: optional bearer tokens, the key namespace per client, and the
 //!   methods each client may call: a transport concern, read from the request's
 //!   metadata before any RPC runs.
-//! - `reads`: the read RPCs, shared with the console, and the admission of
-//!   calls (grants, the limit of concurrent calls) every call goes through.
+//! - `reads`: the read RPCs, shared with the console.
+//! - `admission`: what every call goes through at either front door: the
+//!   grants, the limit of calls served at once, the memory budget.
 //! - `request`: the read RPCs' requests -> validated domain values.
 //! - `outcome`: the bytes stored under a key -> the answer, and the encoding of
 //!   declines.
@@ -20,6 +21,7 @@
 //! - `weigh`: each call's place (under the limit of calls, and its share of the
 //!   memory budget by its request's size) taken before its request is read.
 
+mod admission;
 pub mod auth;
 pub mod connections;
 mod deadline;
@@ -32,10 +34,11 @@ mod service;
 mod status;
 mod weigh;
 
+pub use admission::Admission;
 pub use limits::ResourceExhausted;
 pub use outcome::ProtoEncoder;
 pub use pages::PageTokens;
-pub use reads::{Admission, Reader};
+pub use reads::Reader;
 pub use service::LedgerService;
 pub use status::{DOMAIN, REPLAYED_HEADER, report, unauthenticated};
 pub use weigh::Weighed;

@@ -2,17 +2,13 @@
 //! (`service`) and the console (`crate::console`). Each read takes its request
 //! message and answers its reply message, through the same parsing, the same
 //! page tokens and the same [`Reads`] of the database, so a page and an RPC
-//! cannot differ; [`Admission`] applies the same grants and the same limit of
-//! concurrent calls to both.
-
-use std::sync::Arc;
-use std::time::Duration;
+//! cannot differ; [`Admission`] applies the same grants, limit of concurrent
+//! calls and memory budget to both.
 
 use prost::Message as _;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
 use tonic::Code;
 
+use super::admission::Admission;
 use super::auth::Client;
 use super::pages::{Listing, PageTokens};
 use super::request;
@@ -23,131 +19,6 @@ use crate::error::Error;
 use crate::ledger::{EntryId, HoldId, HoldState, ScopedKey};
 use crate::ops::{Method, account_message, entry_message, hold_message, limits_message, timestamp};
 use crate::proto::pb;
-use crate::telemetry::metrics;
-
-/// Who may call what, and how many calls are served at once: past the limit of
-/// calls, new calls are refused at once (RESOURCE_EXHAUSTED / TOO_MANY_CALLS)
-/// rather than queued without end; within it, each call takes a share of the
-/// memory budget by its weight ([`super::weigh`]), waiting for it in order of
-/// arrival within its deadline.
-#[derive(Debug, Clone)]
-pub struct Admission {
-    calls: Arc<Semaphore>,
-    limit: usize,
-    /// The budget, in KiB.
-    memory: Arc<Semaphore>,
-    budget_kib: u32,
-    /// The longest wait for a share of the budget, for a call without a deadline.
-    wait: Duration,
-}
-
-/// A call counted under the limit of calls, before its share of the budget.
-#[derive(Debug)]
-pub struct Counted(OwnedSemaphorePermit);
-
-/// A call's place: one of the calls served at once, and its share of the
-/// memory budget, both given back when it is dropped.
-#[derive(Debug)]
-struct Place {
-    _call: OwnedSemaphorePermit,
-    _memory: OwnedSemaphorePermit,
-}
-
-impl Admission {
-    /// At most `max_calls` calls are served at once, holding at most `budget`
-    /// bytes between them by their weights; a call waits at most `wait` for its
-    /// share when it has no deadline.
-    pub fn new(max_calls: usize, budget: usize, wait: Duration) -> Self {
-        let budget_kib = u32::try_from(budget.div_ceil(1024)).unwrap_or(u32::MAX);
-        Self {
-            calls: Arc::new(Semaphore::new(max_calls)),
-            limit: max_calls,
-            memory: Arc::new(Semaphore::new(budget_kib as usize)),
-            budget_kib,
-            wait,
-        }
-    }
-
-    /// Takes a place for `call`, weighed at `weight` bytes: [`Self::count`],
-    /// then [`Self::weigh`].
-    pub async fn take_place(&self, weight: usize, call: &Call) -> Result<(), Error> {
-        let counted = self.count()?;
-        self.weigh(counted, weight, call, self.until(call)).await
-    }
-
-    /// How long `call` may wait to be admitted: until its deadline, or for the
-    /// admission's wait from now.
-    pub fn until(&self, call: &Call) -> Instant {
-        call.deadline()
-            .unwrap_or_else(|| Instant::now() + self.wait)
-    }
-
-    /// Counts a call under the limit of calls, or refuses it at once.
-    pub fn count(&self) -> Result<Counted, Error> {
-        let one = self
-            .calls
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| Error::Overloaded {
-                limit: self.limit,
-                what: "calls",
-            })?;
-        Ok(Counted(one))
-    }
-
-    /// Gives a counted call its share of the budget, `weight` bytes (at most the
-    /// whole budget), waited for until `until` ([`Self::until`]); `call` then
-    /// holds both.
-    pub async fn weigh(
-        &self,
-        counted: Counted,
-        weight: usize,
-        call: &Call,
-        until: Instant,
-    ) -> Result<(), Error> {
-        let kib = u32::try_from(weight.div_ceil(1024))
-            .unwrap_or(u32::MAX)
-            .clamp(1, self.budget_kib);
-        let memory = if let Ok(memory) = self.memory.clone().try_acquire_many_owned(kib) {
-            memory
-        } else {
-            metrics::call_memory_wait();
-            let share = self.memory.clone().acquire_many_owned(kib);
-            // The semaphore is never closed: only the deadline refuses.
-            let Ok(Ok(memory)) = tokio::time::timeout_at(until, share).await else {
-                return Err(Error::Overloaded {
-                    limit: self.budget_kib as usize,
-                    what: "KiB of calls in flight",
-                });
-            };
-            memory
-        };
-        call.hold_place(Place {
-            _call: counted.0,
-            _memory: memory,
-        });
-        Ok(())
-    }
-
-    /// Admits `call`: `client` is granted every one of `methods` (a console page
-    /// that shows what several RPCs answer needs each of them), and the call has
-    /// its place, taken here as a read's unless it was taken when its request
-    /// arrived.
-    pub async fn admit(
-        &self,
-        client: &Client,
-        methods: &[&'static str],
-        call: &Call,
-    ) -> Result<(), Error> {
-        if let Some(refused) = methods.iter().find(|m| !client.may_call(m)) {
-            return Err(Error::PermissionDenied(refused));
-        }
-        if !call.has_place() {
-            self.take_place(super::weigh::READ_BYTES, call).await?;
-        }
-        Ok(())
-    }
-}
 
 /// The reads, with what they share: the database's reads, the page tokens, and
 /// the admission of calls.

@@ -12,23 +12,24 @@
 //! WatchEntries streams are not weighed: they are bounded by their own limit
 //! and buffers.
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use futures::StreamExt as _;
 use futures::future::BoxFuture;
+use futures::stream;
 use http_body::{Frame, SizeHint};
-use http_body_util::BodyExt as _;
+use http_body_util::{BodyExt as _, BodyStream, StreamBody};
 use strum::IntoEnumIterator;
 use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tower::Service;
 
+use super::admission::Admission;
 use super::deadline;
-use super::reads::Admission;
 use super::status::report;
 use crate::call::Call;
 use crate::error::{Error, Recorded};
@@ -174,7 +175,7 @@ where
 /// Reads the request's body up to its first message's length prefix, and gives
 /// back the length (`None` when the body ends first) and the body as it was.
 async fn read_prefix(mut body: Body) -> Result<(Option<usize>, Body), http::Response<Body>> {
-    let mut read = VecDeque::new();
+    let mut read = Vec::new();
     let mut head = Vec::with_capacity(PREFIX);
     while head.len() < PREFIX {
         let Some(frame) = body.frame().await else {
@@ -185,7 +186,7 @@ async fn read_prefix(mut body: Body) -> Result<(Option<usize>, Body), http::Resp
             let wanted = PREFIX - head.len();
             head.extend(data.iter().take(wanted));
         }
-        read.push_back(frame);
+        read.push(frame);
     }
     // The compression flag, then the length, big-endian.
     let length = match head.as_slice() {
@@ -194,37 +195,9 @@ async fn read_prefix(mut body: Body) -> Result<(Option<usize>, Body), http::Resp
         }
         _ => None,
     };
-    Ok((length, Body::new(Replayed { read, rest: body })))
-}
-
-/// A body whose first frames were read already.
-struct Replayed {
-    /// The frames read, the next first.
-    read: VecDeque<Frame<Bytes>>,
-    rest: Body,
-}
-
-impl http_body::Body for Replayed {
-    type Data = Bytes;
-    type Error = tonic::Status;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        if let Some(frame) = self.read.pop_front() {
-            return Poll::Ready(Some(Ok(frame)));
-        }
-        Pin::new(&mut self.rest).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.read.is_empty() && self.rest.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.rest.size_hint()
-    }
+    // The frames read, then the rest.
+    let whole = stream::iter(read.into_iter().map(Ok)).chain(BodyStream::new(body));
+    Ok((length, Body::new(StreamBody::new(whole))))
 }
 
 /// A reply that keeps its call, and so its place, until it is sent.

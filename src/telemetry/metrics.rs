@@ -21,6 +21,7 @@ const BATCH_SPLITS: &str = "ledger_batch_splits_total";
 const BATCH_WAITING: &str = "ledger_batch_waiting_calls";
 const BATCH_STALLS: &str = "ledger_batch_stalls_total";
 const MEMORY_WAITS: &str = "ledger_call_memory_waits_total";
+const MEMORY_WAITING: &str = "ledger_calls_waiting_for_memory";
 const CONNECTIONS_RETIRED: &str = "ledger_db_connections_retired_total";
 const ID_BLOCK_WAITS: &str = "ledger_id_block_waits_total";
 const KEYS_PURGED: &str = "ledger_keys_purged_total";
@@ -119,6 +120,10 @@ fn describe() {
         MEMORY_WAITS,
         "calls that found no room for their weight in --max-call-memory and waited for it"
     );
+    describe_gauge!(
+        MEMORY_WAITING,
+        "calls waiting now for room for their weight in --max-call-memory"
+    );
     describe_counter!(
         BATCH_STALLS,
         "group-commit batches that outlasted the stall bound while a call waited, and ran on apart from their writer"
@@ -169,8 +174,15 @@ pub fn rpc_refused(method: &str, code: tonic::Code, elapsed: Duration) {
     histogram!(RPC_SECONDS, "method" => method.to_owned()).record(elapsed.as_secs_f64());
 }
 
-pub fn call_memory_wait() {
+/// A call began to wait for room in the memory budget.
+pub fn call_memory_wait_began() {
     counter!(MEMORY_WAITS).increment(1);
+    gauge!(MEMORY_WAITING).increment(1.0);
+}
+
+/// A call stopped waiting for room: it has its share, or gave up.
+pub fn call_memory_wait_ended() {
+    gauge!(MEMORY_WAITING).decrement(1.0);
 }
 
 pub fn replay(method: &'static str) {

@@ -13,8 +13,8 @@ use mysql_async::prelude::Queryable as _;
 use tonic::Code;
 
 use crate::support::{
-    Config, TestApp, TestDb, charge, leg, open_funded, park_charges, post, reason, silent_call,
-    with_deadline,
+    Config, TestApp, TestDb, charge, charge_refused_for_room, leg, open_funded, park_charges, post,
+    reason, silent_call, with_deadline,
 };
 
 /// Three parked charges of a few bytes each (8 KiB and 32 bytes per byte of
@@ -44,15 +44,7 @@ async fn a_call_that_does_not_fit_waits_within_its_deadline_then_is_refused() {
     let (mut holder, parked) = park_charges(&app, &db, parked_on, 3).await;
 
     let started = Instant::now();
-    let refused = app
-        .client()
-        .await
-        .charge(with_deadline(
-            charge("late", other, 1),
-            Duration::from_secs(2),
-        ))
-        .await
-        .unwrap_err();
+    let refused = charge_refused_for_room(&app, other).await;
     let waited = started.elapsed();
     assert_eq!(
         (refused.code(), reason(&refused).as_str()),
@@ -97,9 +89,9 @@ async fn a_call_that_waits_for_room_is_served_when_it_comes() {
             ))
             .await
     });
-    // While the budget is full it cannot reach its key, on an account nobody
-    // holds.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // While the budget is full it waits for room, and has not reached its key,
+    // on an account nobody holds.
+    app.until_waiting_for_room(1).await;
     assert!(!waiting.is_finished());
     assert_eq!(db.key_rows("waits").await, 0);
 

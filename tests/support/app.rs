@@ -14,7 +14,7 @@ use tonic::transport::Channel;
 
 use super::gate::Gate;
 use super::server::TestDb;
-use super::wire::charge;
+use super::wire::{charge, with_deadline};
 
 /// Per-instance knobs a test may change. The service's own defaults
 /// (`Settings::new`) apply to everything left `None`; the first three are the
@@ -161,6 +161,7 @@ pub struct TestApp {
     /// The console's address, when it is on.
     pub console: Option<SocketAddr>,
     pub persistence: ledger::db::Persistence,
+    pub admission: ledger::grpc::Admission,
     stop: CancellationToken,
 }
 
@@ -183,12 +184,14 @@ impl TestApp {
         let addr = app.local_addr();
         let console = app.console_addr();
         let persistence = app.persistence().clone();
+        let admission = app.admission().clone();
         let stop = CancellationToken::new();
         tokio::spawn(app.run_until(stop.clone().cancelled_owned()));
         Self {
             addr,
             console,
             persistence,
+            admission,
             stop,
         }
     }
@@ -204,6 +207,20 @@ impl TestApp {
         panic!(
             "only {} of {n} calls reached the batch queue",
             self.persistence.waiting_calls()
+        );
+    }
+
+    /// Polls until `n` calls wait for room in the memory budget; fails after 30 s.
+    pub async fn until_waiting_for_room(&self, n: usize) {
+        for _ in 0..1500 {
+            if self.admission.waiting() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!(
+            "only {} of {n} calls came to wait for room",
+            self.admission.waiting()
         );
     }
 
@@ -334,6 +351,19 @@ pub async fn park_charges(
     until_in_flight(db, &[app], "p_", u64::try_from(n).unwrap()).await;
     db.until_waiting_on("accounts", 1).await;
     (holder, parked)
+}
+
+/// A charge ("late", 1 on `account`) with a deadline of 2 s, sent while the
+/// memory budget is full: its refusal once the deadline passes.
+pub async fn charge_refused_for_room(app: &TestApp, account: u64) -> tonic::Status {
+    app.client()
+        .await
+        .charge(with_deadline(
+            charge("late", account, 1),
+            Duration::from_secs(2),
+        ))
+        .await
+        .expect_err("no room came before its deadline")
 }
 
 /// Polls until `n` calls with keys matching `pattern` (SQL LIKE) are in flight:

@@ -38,7 +38,10 @@ pub mod storm;
 pub mod stream;
 pub mod wire;
 
-pub use app::{Config, TestApp, open_funded, park_charges, until_in_flight, until_waiting};
+pub use app::{
+    Config, TestApp, charge_refused_for_room, open_funded, park_charges, until_in_flight,
+    until_waiting,
+};
 pub use gate::{Gate, HeldCharge};
 pub use process::{LedgerProcess, free_port, run_ledger, until_health};
 pub use server::{
