@@ -51,20 +51,24 @@ pub(super) const READ_BYTES: usize = 512 * 1024;
 /// length.
 const PREFIX: usize = 5;
 
-/// The bytes a call of `method` (the path's last segment) with a request of
-/// `length` bytes is weighed at, `reads` naming the read RPCs; `None` for a call
-/// that is not weighed: a WatchEntries stream, or a method the service does not
-/// have (tonic answers UNIMPLEMENTED at once).
-fn weight(reads: &[String], method: &str, length: usize) -> Option<usize> {
-    let keyed = <Method as IntoEnumIterator>::iter().any(|m| m.name() == method);
-    let base = if keyed {
-        CALL_BYTES
+/// What a call of `method` (the path's last segment) weighs besides its
+/// request, `reads` naming the read RPCs; `None` for a call that is not
+/// weighed: a WatchEntries stream, or a method the service does not have
+/// (tonic answers UNIMPLEMENTED at once).
+fn base_weight(reads: &[String], method: &str) -> Option<usize> {
+    if <Method as IntoEnumIterator>::iter().any(|m| m.name() == method) {
+        Some(CALL_BYTES)
     } else if reads.iter().any(|r| r == method) {
-        READ_BYTES
+        Some(READ_BYTES)
     } else {
-        return None;
-    };
-    Some(base.saturating_add(length.saturating_mul(REQUEST_FACTOR)))
+        None
+    }
+}
+
+/// The bytes a call of `base` weight with a request of `length` bytes is
+/// weighed at.
+fn weight(base: usize, length: usize) -> usize {
+    base.saturating_add(length.saturating_mul(REQUEST_FACTOR))
 }
 
 /// Wraps the ledger's service: every call takes its place before its request
@@ -120,16 +124,17 @@ where
         let read_rpcs = self.reads.clone();
         let max = self.max_message_bytes;
         Box::pin(async move {
-            let path = request.uri().path();
-            let method = path.rsplit('/').next().unwrap_or_default().to_owned();
-            let Some(base) = weight(&read_rpcs, &method, 0) else {
+            // A clone of the URI shares its bytes.
+            let uri = request.uri().clone();
+            let method = uri.path().rsplit('/').next().unwrap_or_default();
+            let Some(base) = base_weight(&read_rpcs, method) else {
                 return inner.call(request).await;
             };
             let arrived = Instant::now();
             let call = deadline::call_at_arrival(request.headers());
             let refuse = |e: &Error| {
                 let status = report(e);
-                metrics::rpc_refused(&method, status.code(), arrived.elapsed());
+                metrics::rpc_refused(method, status.code(), arrived.elapsed());
                 tracing::debug!(
                     method,
                     error = e.label(),
@@ -156,9 +161,7 @@ where
                 }
             };
             let weight = match length {
-                Some(length) if length <= max => {
-                    weight(&read_rpcs, &method, length).unwrap_or(base)
-                }
+                Some(length) if length <= max => weight(base, length),
                 // Malformed or too large: tonic refuses it without reading on.
                 _ => base,
             };
@@ -235,7 +238,7 @@ mod tests {
     #[test]
     fn a_keyed_call_weighs_its_request_and_a_read_its_page() {
         let reads = ["ListEntries".to_owned()];
-        let weight = |method, length| weight(&reads, method, length);
+        let weight = |method, length| base_weight(&reads, method).map(|b| weight(b, length));
         assert_eq!(
             weight("Charge", 100),
             Some(CALL_BYTES + 100 * REQUEST_FACTOR)
