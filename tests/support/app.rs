@@ -198,30 +198,15 @@ impl TestApp {
 
     /// Polls until `n` keyed calls wait for a group-commit writer; fails after 30 s.
     pub async fn until_queued(&self, n: usize) {
-        for _ in 0..1500 {
-            if self.persistence.waiting_calls() >= n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!(
-            "only {} of {n} calls reached the batch queue",
+        until_counted(n, "reached the batch queue", || {
             self.persistence.waiting_calls()
-        );
+        })
+        .await;
     }
 
     /// Polls until `n` calls wait for room in the memory budget; fails after 30 s.
     pub async fn until_waiting_for_room(&self, n: usize) {
-        for _ in 0..1500 {
-            if self.admission.waiting() >= n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!(
-            "only {} of {n} calls came to wait for room",
-            self.admission.waiting()
-        );
+        until_counted(n, "came to wait for room", || self.admission.waiting()).await;
     }
 
     /// Makes a one-writer instance's writer busy: a charge ("busy") on a fresh
@@ -351,6 +336,18 @@ pub async fn park_charges(
     until_in_flight(db, &[app], "p_", u64::try_from(n).unwrap()).await;
     db.until_waiting_on("accounts", 1).await;
     (holder, parked)
+}
+
+/// Polls `count` until it reaches `n`; fails after 30 s, saying how many calls
+/// `did` what was awaited.
+async fn until_counted(n: usize, did: &str, count: impl Fn() -> usize) {
+    for _ in 0..1500 {
+        if count() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("only {} of {n} calls {did}", count());
 }
 
 /// A charge ("late", 1 on `account`) with a deadline of 2 s, sent while the
