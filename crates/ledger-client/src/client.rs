@@ -454,8 +454,10 @@ impl Client {
         self.resend::<R>(settling).await
     }
 
-    /// The one attempt settling makes, in what is left of the budget: its
-    /// final answer, or unknown.
+    /// The request sent once more, and again on a retryable failure until the
+    /// budget ends: under a key with a record no attempt can execute anything
+    /// new, so a resend that meets a closing connection or a busy instance is
+    /// tried again like any attempt. Its final answer, or unknown.
     async fn resend<R: Rpc>(&self, settling: Settling) -> Result<Answer<R::Reply>, Error> {
         let Settling {
             key,
@@ -464,34 +466,18 @@ impl Client {
             attempts,
             ..
         } = settling;
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return Err(Error::Unknown { key });
-        }
-        let endpoint = self.current_endpoint();
-        let timeout = remaining.min(self.budget.attempt_timeout);
-        match self
-            .attempt::<R::Reply>(endpoint, R::PATH, bytes, timeout)
-            .await
-        {
-            Ok((reply, metadata)) => Ok(Answer {
+        match self.attempts::<R::Reply>(R::PATH, &bytes, deadline).await {
+            Ok((reply, metadata, resent)) => Ok(Answer {
                 reply,
                 replayed: replayed(&metadata),
                 key: Some(key),
-                attempts: attempts + 1,
+                attempts: attempts + resent,
             }),
-            Err(status) => match verdict(&status) {
-                Verdict::Final => Err(Error::Declined(Box::new(Decline::from_status(
-                    &status,
-                    Some(key),
-                )))),
-                Verdict::Retry { failover } => {
-                    if failover {
-                        self.fail_over(endpoint);
-                    }
-                    Err(Error::Unknown { key })
-                }
-            },
+            Err((Ended::Final(status), _)) => Err(Error::Declined(Box::new(Decline::from_status(
+                &status,
+                Some(key),
+            )))),
+            Err((Ended::Spent(_), _)) => Err(Error::Unknown { key }),
         }
     }
 }

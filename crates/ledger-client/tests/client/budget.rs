@@ -137,24 +137,18 @@ fn cuts(proxy: &FaultProxy) -> u64 {
 }
 
 /// Every attempt of the charge is forwarded and its reply lost; the look-up
-/// finds the key's record, and the charge sent once more is replayed.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_lost_reply_is_settled_by_the_lookup_and_a_replay() {
+/// finds the key's record, and the charge sent once more is replayed. Returns
+/// the attempts the call made and the connections the proxy cut.
+async fn settle_a_lost_reply(fault: impl FnOnce(usize) -> Fault) -> (u32, u64) {
     let db = TestDb::new();
     let app = TestApp::spawn(&db).await;
     let account = app.funded_account("USD", 100).await;
     let key = "budget-settled";
-    let (proxy, client) = through(
-        &app,
-        Fault::CutRequestsLongerThanBeforeLookup(lookup_size(key)),
-    )
-    .await;
+    let (proxy, client) = through(&app, fault(lookup_size(key))).await;
 
     let answer = client.charge(charge(key, account)).await.unwrap();
 
     assert!(answer.replayed, "the stored reply, replayed");
-    assert!(answer.attempts >= 2, "the attempts cut, and the resend");
-    assert!(cuts(&proxy) >= 1);
     let stored = app
         .client()
         .lookup_key(pb::LookupKeyRequest {
@@ -169,6 +163,30 @@ async fn a_lost_reply_is_settled_by_the_lookup_and_a_replay() {
     assert_eq!(bytes, answer.reply.encode_to_vec());
     assert_eq!(db.entries_for_key(key).await, 1);
     assert_eq!(db.balance(account).await, 93);
+    (answer.attempts, cuts(&proxy))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_reply_is_settled_by_the_lookup_and_a_replay() {
+    let (attempts, cuts) = settle_a_lost_reply(Fault::CutRequestsLongerThanBeforeLookup).await;
+
+    assert!(attempts >= 2, "the attempts cut, and the resend");
+    assert!(cuts >= 1);
+}
+
+/// The resend's connection closes under it (an instance going away between
+/// the look-up and the resend): the resend is tried again within the budget,
+/// which is safe because the key has a record, and the call still settles.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resend_that_meets_a_closing_connection_is_sent_again() {
+    let (attempts, cuts) =
+        settle_a_lost_reply(Fault::CutRequestsLongerThanBeforeLookupAndFirstAfter).await;
+
+    assert!(
+        attempts >= 3,
+        "the attempts cut, the resend cut, and its retry"
+    );
+    assert!(cuts >= 2);
 }
 
 /// `Charge(K, 30)` committed; `Charge(K, 50)`'s attempts are all cut. The

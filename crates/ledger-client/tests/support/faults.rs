@@ -34,6 +34,10 @@ pub enum Fault {
     /// has passed on any connection of the proxy; from then on every request
     /// passes: a call's attempts are cut, and what settles it is not.
     CutRequestsLongerThanBeforeLookup(usize),
+    /// As `CutRequestsLongerThanBeforeLookup`, and the first longer request
+    /// after the look-up is cut too: the resend that settles a call meets a
+    /// connection that closes, as one does when an instance goes away.
+    CutRequestsLongerThanBeforeLookupAndFirstAfter(usize),
     /// Once the first request is forwarded, nothing comes back for this long;
     /// then the reply is delivered.
     DelayReply(Duration),
@@ -64,6 +68,19 @@ struct Shared {
     forwarded: Notify,
     /// A request under the size limit passed a `CutRequestsLongerThanBeforeLookup`.
     looked_up: AtomicBool,
+    /// The first longer request after the look-up was cut.
+    cut_after_lookup: AtomicBool,
+}
+
+impl Shared {
+    /// Whether a request of `size` is cut while the look-up (a request no
+    /// longer than `limit`) has not passed; a look-up passing is recorded.
+    fn cuts_before_lookup(&self, limit: usize, size: usize) -> bool {
+        if size <= limit {
+            self.looked_up.store(true, Ordering::Relaxed);
+        }
+        size > limit && !self.looked_up.load(Ordering::Relaxed)
+    }
 }
 
 pub struct FaultProxy {
@@ -87,6 +104,7 @@ impl FaultProxy {
             counts: Counts::default(),
             forwarded: Notify::new(),
             looked_up: AtomicBool::new(false),
+            cut_after_lookup: AtomicBool::new(false),
         });
         let accepting = shared.clone();
         let accept = tokio::spawn(async move {
@@ -180,10 +198,14 @@ async fn to_server(
             (Fault::CutAfterRequest, Some(_)) => true,
             (Fault::CutRequestsLongerThan(limit), Some(size)) => size > limit,
             (Fault::CutRequestsLongerThanBeforeLookup(limit), Some(size)) => {
-                if size <= limit {
-                    shared.looked_up.store(true, Ordering::Relaxed);
-                }
-                size > limit && !shared.looked_up.load(Ordering::Relaxed)
+                shared.cuts_before_lookup(limit, size)
+            }
+            (Fault::CutRequestsLongerThanBeforeLookupAndFirstAfter(limit), Some(size)) => {
+                let looked_up = shared.looked_up.load(Ordering::Relaxed);
+                shared.cuts_before_lookup(limit, size)
+                    || (looked_up
+                        && size > limit
+                        && !shared.cut_after_lookup.swap(true, Ordering::Relaxed))
             }
             (Fault::DelayReply(delay), Some(_)) => {
                 shared.counts.delays.fetch_add(1, Ordering::Relaxed);
