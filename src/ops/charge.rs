@@ -2,7 +2,7 @@
 //! balance less its active holds).
 
 use super::{AccountAmount, Named, Operation, entry_message};
-use crate::ledger::book::{Book, Posting};
+use crate::ledger::book::Book;
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
 use crate::ledger::model::{Effect, Entry, EntryKind};
@@ -44,16 +44,7 @@ impl Operation for Charge {
     }
 
     fn decide(&self, book: &mut Book) -> Result<Entry, Refusal> {
-        let AccountAmount {
-            account_id,
-            amount,
-            currency,
-            description,
-            ..
-        } = &self.0;
-        book.account_in(*account_id, *currency)?;
-        let posting = Posting::new(*account_id, EntryKind::Charge, *amount, description.clone());
-        book.post(posting)
+        self.0.post(book, EntryKind::Charge)
     }
 
     fn reply(entry: &Entry) -> pb::ChargeReply {

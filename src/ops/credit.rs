@@ -1,7 +1,7 @@
 //! Credit: adds money to an account in its currency.
 
 use super::{AccountAmount, Named, Operation, entry_message};
-use crate::ledger::book::{Book, Posting};
+use crate::ledger::book::Book;
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
 use crate::ledger::model::{Effect, Entry, EntryKind};
@@ -43,16 +43,7 @@ impl Operation for Credit {
     }
 
     fn decide(&self, book: &mut Book) -> Result<Entry, Refusal> {
-        let AccountAmount {
-            account_id,
-            amount,
-            currency,
-            description,
-            ..
-        } = &self.0;
-        book.account_in(*account_id, *currency)?;
-        let posting = Posting::new(*account_id, EntryKind::Credit, *amount, description.clone());
-        book.post(posting)
+        self.0.post(book, EntryKind::Credit)
     }
 
     fn reply(entry: &Entry) -> pb::CreditReply {

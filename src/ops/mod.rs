@@ -360,6 +360,19 @@ impl AccountAmount {
         fields.str(self.description.as_str());
         self.metadata.fingerprint(fields);
     }
+
+    /// The one entry of `kind` on its account, in the account's currency and
+    /// within its limits.
+    fn post(&self, book: &mut Book, kind: EntryKind) -> Result<crate::ledger::Entry, Refusal> {
+        book.account_in(self.account_id, self.currency)?;
+        let posting = crate::ledger::book::Posting::new(
+            self.account_id,
+            kind,
+            self.amount,
+            self.description.clone(),
+        );
+        book.post(posting)
+    }
 }
 
 #[cfg(test)]
