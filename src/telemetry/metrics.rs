@@ -6,6 +6,8 @@ use std::time::Duration;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
+use crate::proto::code_name;
+
 const RPCS: &str = "ledger_rpcs_total";
 const RPC_SECONDS: &str = "ledger_rpc_duration_seconds";
 const REPLAYS: &str = "ledger_replays_total";
@@ -309,28 +311,4 @@ pub fn database_up(up: bool) {
 
 pub fn node_takes_writes(node: &str, takes: bool) {
     gauge!(NODE_TAKES_WRITES, "node" => node.to_owned()).set(if takes { 1.0 } else { 0.0 });
-}
-
-/// The canonical upper-case name of a code, as gRPC documents them.
-fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code as C;
-    match code {
-        C::Ok => "OK",
-        C::Cancelled => "CANCELLED",
-        C::Unknown => "UNKNOWN",
-        C::InvalidArgument => "INVALID_ARGUMENT",
-        C::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        C::NotFound => "NOT_FOUND",
-        C::AlreadyExists => "ALREADY_EXISTS",
-        C::PermissionDenied => "PERMISSION_DENIED",
-        C::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        C::FailedPrecondition => "FAILED_PRECONDITION",
-        C::Aborted => "ABORTED",
-        C::OutOfRange => "OUT_OF_RANGE",
-        C::Unimplemented => "UNIMPLEMENTED",
-        C::Internal => "INTERNAL",
-        C::Unavailable => "UNAVAILABLE",
-        C::DataLoss => "DATA_LOSS",
-        C::Unauthenticated => "UNAUTHENTICATED",
-    }
 }

@@ -61,7 +61,7 @@ mod watch;
 
 pub use client::{Answer, Budget, Builder, Client};
 pub use error::{Decline, Error, Reason, Violation};
-pub use ledger_proto::pb;
+pub use ledger_proto::{code_name, pb};
 pub use retry::Backoff;
 pub use rpc::{METHODS, Method};
 pub use watch::Watcher;

@@ -7,12 +7,11 @@
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
-use ledger_client::{Decline, pb};
+use ledger_client::{Decline, code_name, pb};
 use prost_reflect::{
     DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMessage as _, SerializeOptions, Value,
 };
 use serde_json::{Map, Value as Json, json};
-use tonic_code::name as code_name;
 
 use crate::cli::Output;
 
@@ -389,55 +388,4 @@ fn line(out: &mut String, depth: usize, name: &str, value: &str) {
     let indent = "  ".repeat(depth);
     let width = 23_usize.saturating_sub(indent.len());
     let _ = writeln!(out, "{indent}{name:<width$} {value}");
-}
-
-/// The canonical names of gRPC codes, as the JSON of a `google.rpc.Code` spells
-/// them.
-mod tonic_code {
-    use tonic::Code;
-
-    pub(super) fn name(code: Code) -> &'static str {
-        match code {
-            Code::Ok => "OK",
-            Code::Cancelled => "CANCELLED",
-            Code::Unknown => "UNKNOWN",
-            Code::InvalidArgument => "INVALID_ARGUMENT",
-            Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-            Code::NotFound => "NOT_FOUND",
-            Code::AlreadyExists => "ALREADY_EXISTS",
-            Code::PermissionDenied => "PERMISSION_DENIED",
-            Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-            Code::FailedPrecondition => "FAILED_PRECONDITION",
-            Code::Aborted => "ABORTED",
-            Code::OutOfRange => "OUT_OF_RANGE",
-            Code::Unimplemented => "UNIMPLEMENTED",
-            Code::Internal => "INTERNAL",
-            Code::Unavailable => "UNAVAILABLE",
-            Code::DataLoss => "DATA_LOSS",
-            Code::Unauthenticated => "UNAUTHENTICATED",
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use prost_types::Timestamp;
-
-    use super::time;
-
-    #[test]
-    fn times_keep_six_digits() {
-        let at = |seconds, nanos| time(&Timestamp { seconds, nanos });
-        assert_eq!(at(1_796_428_800, 0), "2026-12-05T00:00:00.000000Z");
-        assert_eq!(
-            at(1_796_428_800, 120_000_000),
-            "2026-12-05T00:00:00.120000Z"
-        );
-        assert_eq!(
-            at(1_796_428_800, 123_456_000),
-            "2026-12-05T00:00:00.123456Z"
-        );
-        assert_eq!(at(1_796_428_800, 1), "2026-12-05T00:00:00.000000001Z");
-        assert_eq!(at(-1, 0), "1969-12-31T23:59:59.000000Z");
-    }
 }

@@ -19,7 +19,7 @@ use super::super::auth::query_value;
 use super::super::view::{key_href, time};
 use super::super::{Console, Nav, failure, html};
 use crate::error::Error;
-use crate::proto::pb;
+use crate::proto::{code_name, pb};
 
 #[derive(askama::Template)]
 #[template(path = "key.html")]
@@ -156,30 +156,6 @@ fn decline(stored: &tonic_types::pb::Status) -> Decline {
         domain,
         metadata,
         details: other,
-    }
-}
-
-/// The gRPC name of a code, as grpcurl and the API's documents write it.
-fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code;
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
     }
 }
 
