@@ -383,7 +383,7 @@ async fn the_tail_streams_entries_and_resumes_after_the_last_event() {
     let mut resumed = Events::open(site, &path, &[("Last-Event-ID", &last_seen)]).await;
     let mut keys = Vec::new();
     let mut ids = Vec::new();
-    while let Some(event) = resumed.next(Duration::from_secs(3)).await {
+    while let Some(event) = resumed.next(Duration::from_secs(10)).await {
         ids.push(event.id.unwrap().parse::<u64>().unwrap());
         keys.extend(
             ["one", "two", "three"]
