@@ -14,6 +14,10 @@ use crate::call::Call;
 use crate::error::Error;
 use crate::telemetry::metrics;
 
+/// What a read weighs, whatever its request: a page of up to 1,000 entries as
+/// rows, as messages and as the encoded reply.
+pub(super) const READ_BYTES: usize = 512 * 1024;
+
 /// Who may call what, and how many calls are served at once: past the limit of
 /// calls, new calls are refused at once (RESOURCE_EXHAUSTED / TOO_MANY_CALLS)
 /// rather than queued without end; within it, each call takes a share of the
@@ -140,7 +144,7 @@ impl Admission {
             return Err(Error::PermissionDenied(refused));
         }
         if !call.has_place() {
-            self.take_place(super::weigh::READ_BYTES, call).await?;
+            self.take_place(READ_BYTES, call).await?;
         }
         Ok(())
     }

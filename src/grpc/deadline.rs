@@ -1,4 +1,5 @@
-//! The caller's deadline, from the `grpc-timeout` request header.
+//! The caller's deadline, from the `grpc-timeout` request header, and what a call
+//! answers when it passes.
 //!
 //! tonic itself answers CANCELLED the instant a `grpc-timeout` expires, and the
 //! caller's own timer fires then too, so the service aims its own deadline a little
@@ -8,7 +9,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::call::Call;
+use crate::call::{Abandoned, Call};
+use crate::error::{Error, Recorded};
 
 /// How much earlier than the caller's deadline the service gives up, to answer
 /// before the caller's (and tonic's) own timer fires: a twentieth of the timeout,
@@ -69,6 +71,39 @@ fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     })
 }
 
+/// Waits for the call's work, or answers DEADLINE_EXCEEDED when the deadline comes
+/// first: saying nothing was recorded when no COMMIT can have taken effect, and
+/// that the outcome is not known when one was sent and its answer lost (SPEC 3.6).
+/// A COMMIT in flight is waited for until the caller's own deadline. If this
+/// future is dropped (the caller went away), the call is abandoned, so the work
+/// rolls back instead of committing.
+pub(super) async fn answer<T>(
+    call: &Call,
+    work: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    struct AbandonOnDrop<'a>(&'a Call);
+    impl Drop for AbandonOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.abandon();
+        }
+    }
+    let _guard = AbandonOnDrop(call);
+    let mut work = std::pin::pin!(work);
+    tokio::select! {
+        done = &mut work => done,
+        () = call.expired() => match call.abandon() {
+            Abandoned::Nothing => Err(Error::DeadlineExceeded { recorded: Recorded::Nothing }),
+            Abandoned::Unknown => Err(Error::DeadlineExceeded { recorded: Recorded::Unknown }),
+            Abandoned::CommitInFlight => {
+                let until = call.caller_deadline().unwrap_or_else(Instant::now);
+                tokio::time::timeout_at(until, work).await.unwrap_or(Err(
+                    Error::DeadlineExceeded { recorded: Recorded::Unknown },
+                ))
+            }
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +139,43 @@ mod tests {
         for bad in ["", "S", "10", "123456789S", "1x", "-1S", "1.5S", "é"] {
             assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
         }
+    }
+
+    /// A call whose COMMIT is in flight from the start, and work that has it
+    /// answered after `done`.
+    fn committing(done: Duration) -> (Call, impl Future<Output = Result<&'static str, Error>>) {
+        let now = Instant::now();
+        let call = Call::with_caller_deadline(
+            Some(now + Duration::from_millis(50)),
+            Some(now + Duration::from_millis(100)),
+        );
+        call.settled_nothing();
+        assert!(call.begin_commit().is_ok());
+        (call, async move {
+            tokio::time::sleep(done).await;
+            Ok("committed")
+        })
+    }
+
+    /// A COMMIT still in flight when the service's deadline passes is waited for
+    /// until the caller's own deadline: answered with its outcome when it comes
+    /// back in time, else as not known.
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_in_flight_at_the_deadline_is_waited_for() {
+        let (call, work) = committing(Duration::from_millis(80));
+        let done = answer(&call, work).await;
+        assert!(matches!(done, Ok("committed")), "{done:?}");
+
+        let (call, work) = committing(Duration::from_millis(150));
+        let late = answer(&call, work).await;
+        assert!(
+            matches!(
+                late,
+                Err(Error::DeadlineExceeded {
+                    recorded: Recorded::Unknown
+                })
+            ),
+            "{late:?}"
+        );
     }
 }

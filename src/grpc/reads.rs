@@ -10,9 +10,9 @@ use tonic::Code;
 
 use super::admission::Admission;
 use super::auth::Client;
+use super::deadline::answer;
 use super::pages::{Listing, PageTokens};
 use super::request;
-use super::service::answer;
 use crate::call::Call;
 use crate::db::{Entries, OpenAfter, Reads};
 use crate::error::Error;

@@ -6,11 +6,11 @@ use tokio::time::Instant;
 use tonic::{Code, Request, Response, Status};
 use tracing::Instrument as _;
 
-use super::deadline;
+use super::deadline::{self, answer};
 use super::outcome;
 use super::reads::Reader;
 use super::status::report;
-use crate::call::{Abandoned, Call};
+use crate::call::Call;
 use crate::db::Persistence;
 use crate::error::Error;
 use crate::grpc::auth::Client;
@@ -214,39 +214,6 @@ fn fail(error: &Error) -> Status {
     report(error)
 }
 
-/// Waits for the call's work, or answers DEADLINE_EXCEEDED when the deadline comes
-/// first: saying nothing was recorded when no COMMIT can have taken effect, and
-/// that the outcome is not known when one was sent and its answer lost (SPEC 3.6).
-/// A COMMIT in flight is waited for until the caller's own deadline. If this
-/// future is dropped (the caller went away), the call is abandoned, so the work
-/// rolls back instead of committing.
-pub(super) async fn answer<T>(
-    call: &Call,
-    work: impl Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    struct AbandonOnDrop<'a>(&'a Call);
-    impl Drop for AbandonOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.abandon();
-        }
-    }
-    let _guard = AbandonOnDrop(call);
-    let mut work = std::pin::pin!(work);
-    tokio::select! {
-        done = &mut work => done,
-        () = call.expired() => match call.abandon() {
-            Abandoned::Nothing => Err(Error::DeadlineExceeded { recorded: crate::error::Recorded::Nothing }),
-            Abandoned::Unknown => Err(Error::DeadlineExceeded { recorded: crate::error::Recorded::Unknown }),
-            Abandoned::CommitInFlight => {
-                let until = call.caller_deadline().unwrap_or_else(Instant::now);
-                tokio::time::timeout_at(until, work).await.unwrap_or(Err(
-                    Error::DeadlineExceeded { recorded: crate::error::Recorded::Unknown },
-                ))
-            }
-        },
-    }
-}
-
 /// The `Ledger` trait: a handler per keyed operation from the registry, then the
 /// reads.
 macro_rules! ledger_service {
@@ -374,52 +341,3 @@ macro_rules! ledger_service {
 }
 
 ops::operations!(ledger_service);
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use tokio::time::Instant;
-
-    use super::answer;
-    use crate::call::Call;
-    use crate::error::{Error, Recorded};
-
-    /// A call whose COMMIT is in flight from the start, and work that has it
-    /// answered after `done`.
-    fn committing(done: Duration) -> (Call, impl Future<Output = Result<&'static str, Error>>) {
-        let now = Instant::now();
-        let call = Call::with_caller_deadline(
-            Some(now + Duration::from_millis(50)),
-            Some(now + Duration::from_millis(100)),
-        );
-        call.settled_nothing();
-        assert!(call.begin_commit().is_ok());
-        (call, async move {
-            tokio::time::sleep(done).await;
-            Ok("committed")
-        })
-    }
-
-    /// A COMMIT still in flight when the service's deadline passes is waited for
-    /// until the caller's own deadline: answered with its outcome when it comes
-    /// back in time, else as not known.
-    #[tokio::test(start_paused = true)]
-    async fn a_commit_in_flight_at_the_deadline_is_waited_for() {
-        let (call, work) = committing(Duration::from_millis(80));
-        let done = answer(&call, work).await;
-        assert!(matches!(done, Ok("committed")), "{done:?}");
-
-        let (call, work) = committing(Duration::from_millis(150));
-        let late = answer(&call, work).await;
-        assert!(
-            matches!(
-                late,
-                Err(Error::DeadlineExceeded {
-                    recorded: Recorded::Unknown
-                })
-            ),
-            "{late:?}"
-        );
-    }
-}

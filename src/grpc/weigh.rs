@@ -28,7 +28,7 @@ use tonic::body::Body;
 use tonic::server::NamedService;
 use tower::Service;
 
-use super::admission::Admission;
+use super::admission::{Admission, READ_BYTES};
 use super::deadline;
 use super::status::report;
 use crate::call::Call;
@@ -44,9 +44,6 @@ const CALL_BYTES: usize = 8 * 1024;
 /// some 220 bytes for each of the two entries of a leg that takes 12 to 16
 /// bytes on the wire (a post of 256 legs held about 110 KB in flight).
 const REQUEST_FACTOR: usize = 32;
-/// What a read weighs, whatever its request: a page of up to 1,000 entries as
-/// rows, as messages and as the encoded reply.
-pub(super) const READ_BYTES: usize = 512 * 1024;
 /// The length prefix of a gRPC message: a compression flag and four bytes of
 /// length.
 const PREFIX: usize = 5;
