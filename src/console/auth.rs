@@ -9,7 +9,8 @@
 //! is refused, so no other site can log a browser in under a token of its own.
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse as _, Redirect, Response};
 use base64::Engine as _;
@@ -39,22 +40,25 @@ struct LoginPage {
     problem: Option<&'static str>,
 }
 
-impl Console {
-    /// The reader of a request; with tokens configured and none (or an unknown
-    /// one) in its cookie, the answer is the form (401), to come back to `uri`.
-    pub(super) fn viewer(&self, headers: &HeaderMap, uri: &Uri) -> Result<Viewer, Box<Response>> {
-        let Some(tokens) = &self.inner.tokens else {
+/// The reader of a request, taken by every page as an argument; with tokens
+/// configured and none (or an unknown one) in its cookie, the page is not run
+/// and the answer is the form (401), to come back to the page asked for.
+impl FromRequestParts<Console> for Viewer {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, console: &Console) -> Result<Self, Response> {
+        let Some(tokens) = &console.inner.tokens else {
             let client = Client::anonymous();
             let nav = Nav::of(&client, false);
-            return Ok(Viewer { client, nav });
+            return Ok(Self { client, nav });
         };
-        let known = cookie_token(headers).and_then(|token| tokens.client(&token).cloned());
+        let known = cookie_token(&parts.headers).and_then(|token| tokens.client(&token).cloned());
         if let Some(client) = known {
             let nav = Nav::of(&client, true);
-            return Ok(Viewer { client, nav });
+            return Ok(Self { client, nav });
         }
-        let next = uri.path_and_query().map_or("/", |p| p.as_str());
-        Err(Box::new(form_page(StatusCode::UNAUTHORIZED, next, None)))
+        let next = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        Err(form_page(StatusCode::UNAUTHORIZED, next, None))
     }
 }
 

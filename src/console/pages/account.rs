@@ -5,10 +5,10 @@
 //! `?holds_page_token=`). The reader needs all three grants.
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 
-use super::super::auth::query_value;
+use super::super::auth::{Viewer, query_value};
 use super::super::view::{AccountView, EntryView, HoldView};
 use super::super::{Console, Nav, failure, html};
 use super::{id, token_query};
@@ -36,12 +36,8 @@ pub(crate) async fn page(
     State(console): State<Console>,
     Path(raw): Path<String>,
     uri: Uri,
-    headers: HeaderMap,
+    viewer: Viewer,
 ) -> Response {
-    let viewer = match console.viewer(&headers, &uri) {
-        Ok(viewer) => viewer,
-        Err(form) => return *form,
-    };
     let page_token = query_value(uri.query(), "page_token").unwrap_or_default();
     let holds_token = query_value(uri.query(), "holds_page_token").unwrap_or_default();
     let reader = console.reader();

@@ -4,10 +4,10 @@
 //! (`&page_token=`, bound to the pairs).
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 
-use super::super::auth::query_value;
+use super::super::auth::{Viewer, query_value};
 use super::super::view::AccountView;
 use super::super::{Console, Nav, failure, html};
 use super::{form_fields, metadata_filter, search_address, tidied};
@@ -29,11 +29,7 @@ struct AccountsPage {
     next_page: Option<String>,
 }
 
-pub(crate) async fn page(State(console): State<Console>, uri: Uri, headers: HeaderMap) -> Response {
-    let viewer = match console.viewer(&headers, &uri) {
-        Ok(viewer) => viewer,
-        Err(form) => return *form,
-    };
+pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewer) -> Response {
     if let Some(redirect) = tidied(&uri) {
         return redirect;
     }

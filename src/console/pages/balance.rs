@@ -5,11 +5,11 @@
 //! POINT_NOT_REACHED, 409.
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use chrono::DateTime;
 
-use super::super::auth::query_value;
+use super::super::auth::{Viewer, query_value};
 use super::super::view::BalanceView;
 use super::super::{Console, Nav, failure, html};
 use super::{id, invalid, tidied};
@@ -30,12 +30,8 @@ pub(crate) async fn page(
     State(console): State<Console>,
     Path(raw): Path<String>,
     uri: Uri,
-    headers: HeaderMap,
+    viewer: Viewer,
 ) -> Response {
-    let viewer = match console.viewer(&headers, &uri) {
-        Ok(viewer) => viewer,
-        Err(form) => return *form,
-    };
     if let Some(redirect) = tidied(&uri) {
         return redirect;
     }

@@ -3,9 +3,10 @@
 //! hold a capture took, the key it was written under.
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
 
+use super::super::auth::Viewer;
 use super::super::view::EntryView;
 use super::super::{Console, Nav, failure, html};
 use super::id;
@@ -21,13 +22,8 @@ struct EntryPage {
 pub(crate) async fn page(
     State(console): State<Console>,
     Path(raw): Path<String>,
-    uri: Uri,
-    headers: HeaderMap,
+    viewer: Viewer,
 ) -> Response {
-    let viewer = match console.viewer(&headers, &uri) {
-        Ok(viewer) => viewer,
-        Err(form) => return *form,
-    };
     let reader = console.reader();
     let answer = async {
         let entry_id = id("entry_id", &raw)?;

@@ -3,9 +3,10 @@
 //! entry that captured it.
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
 
+use super::super::auth::Viewer;
 use super::super::view::HoldView;
 use super::super::{Console, Nav, failure, html};
 use super::id;
@@ -23,13 +24,8 @@ struct HoldPage {
 pub(crate) async fn page(
     State(console): State<Console>,
     Path(raw): Path<String>,
-    uri: Uri,
-    headers: HeaderMap,
+    viewer: Viewer,
 ) -> Response {
-    let viewer = match console.viewer(&headers, &uri) {
-        Ok(viewer) => viewer,
-        Err(form) => return *form,
-    };
     let reader = console.reader();
     let answer = async {
         let hold_id = id("hold_id", &raw)?;

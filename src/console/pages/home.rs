@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse as _, Redirect, Response};
 
-use super::super::auth::query_value;
+use super::super::auth::{Viewer, query_value};
 use super::super::view::AccountView;
 use super::super::{Console, Nav, failure, html};
 use super::{form_fields, id, search_address};
@@ -29,11 +29,7 @@ struct HomePage {
     account: String,
 }
 
-pub(crate) async fn page(State(console): State<Console>, uri: Uri, headers: HeaderMap) -> Response {
-    let viewer = match console.viewer(&headers, &uri) {
-        Ok(viewer) => viewer,
-        Err(form) => return *form,
-    };
+pub(crate) async fn page(State(console): State<Console>, viewer: Viewer) -> Response {
     let reader = console.reader();
     let listed = if viewer.client.may_call("ListAccounts") {
         let request = pb::ListAccountsRequest::default();
@@ -68,11 +64,7 @@ pub(crate) async fn page(State(console): State<Console>, uri: Uri, headers: Head
 }
 
 /// `/find?account_id=N` (or `entry_id`, `hold_id`): a redirect to its page.
-pub(crate) async fn find(State(console): State<Console>, uri: Uri, headers: HeaderMap) -> Response {
-    let viewer = match console.viewer(&headers, &uri) {
-        Ok(viewer) => viewer,
-        Err(form) => return *form,
-    };
+pub(crate) async fn find(uri: Uri, viewer: Viewer) -> Response {
     let query = uri.query();
     let target = [
         ("account_id", "/accounts"),

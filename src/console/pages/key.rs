@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use prost::Message as _;
 use prost_reflect::{
@@ -15,7 +15,7 @@ use prost_reflect::{
 };
 use tonic_types::StatusExt as _;
 
-use super::super::auth::query_value;
+use super::super::auth::{Viewer, query_value};
 use super::super::view::{key_href, time};
 use super::super::{Console, Nav, failure, html};
 use crate::error::Error;
@@ -63,11 +63,7 @@ struct Row {
     href: Option<String>,
 }
 
-pub(crate) async fn page(State(console): State<Console>, uri: Uri, headers: HeaderMap) -> Response {
-    let viewer = match console.viewer(&headers, &uri) {
-        Ok(viewer) => viewer,
-        Err(form) => return *form,
-    };
+pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewer) -> Response {
     let key = query_value(uri.query(), "key").unwrap_or_default();
     if key.is_empty() {
         let page = KeyPage {

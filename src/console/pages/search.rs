@@ -5,10 +5,10 @@
 //! pairs and the account). Without a pair, the search form alone.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 
-use super::super::auth::query_value;
+use super::super::auth::{Viewer, query_value};
 use super::super::view::EntryView;
 use super::super::{Console, Nav, failure, html};
 use super::{form_fields, id, metadata_filter, search_address, tidied};
@@ -32,11 +32,7 @@ struct SearchPage {
     next_page: Option<String>,
 }
 
-pub(crate) async fn page(State(console): State<Console>, uri: Uri, headers: HeaderMap) -> Response {
-    let viewer = match console.viewer(&headers, &uri) {
-        Ok(viewer) => viewer,
-        Err(form) => return *form,
-    };
+pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewer) -> Response {
     if let Some(redirect) = tidied(&uri) {
         return redirect;
     }

@@ -16,7 +16,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse as _, Response};
 use futures::Stream;
 
-use super::super::auth::query_value;
+use super::super::auth::{Viewer, query_value};
 use super::super::view::EntryView;
 use super::super::{Console, Nav, failure, html};
 use super::id;
@@ -58,7 +58,7 @@ fn account(uri: &Uri) -> Result<Option<u64>, Error> {
 /// account checked, a place under the watchers' limit).
 async fn watch(
     console: &Console,
-    viewer: &super::super::auth::Viewer,
+    viewer: &Viewer,
     account_id: u64,
     after: u64,
 ) -> Result<Entries, Error> {
@@ -72,11 +72,7 @@ async fn watch(
     console.reader().watch_entries(&request).await
 }
 
-pub(crate) async fn page(State(console): State<Console>, uri: Uri, headers: HeaderMap) -> Response {
-    let viewer = match console.viewer(&headers, &uri) {
-        Ok(viewer) => viewer,
-        Err(form) => return *form,
-    };
+pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewer) -> Response {
     let after = console.reader().assigned();
     // Opened and dropped: the page answers as WatchEntries would (403, 404, 503)
     // before the browser opens the stream.
@@ -109,11 +105,8 @@ pub(crate) async fn events(
     State(console): State<Console>,
     uri: Uri,
     headers: HeaderMap,
+    viewer: Viewer,
 ) -> Response {
-    let viewer = match console.viewer(&headers, &uri) {
-        Ok(viewer) => viewer,
-        Err(form) => return *form,
-    };
     let resumed = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
