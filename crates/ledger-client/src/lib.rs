@@ -12,8 +12,9 @@
 //!   never retried.
 //! - When the budget ends with the outcome unknown, `LookupKey` (in a slice
 //!   reserved from the budget) tells whether the key has a record; if it does,
-//!   the request is sent once more and its answer (a replay, or
-//!   `IDEMPOTENCY_KEY_REUSED` when the key was another request's) returned;
+//!   the request is sent once more (again on a retryable failure, within the
+//!   budget) and its answer (a replay, or `IDEMPOTENCY_KEY_REUSED` when the key
+//!   was another request's) returned;
 //!   otherwise the call ends with [`Error::Unknown`]: retry with that key.
 //! - Every answer says whether it was a replay ([`Answer::replayed`],
 //!   [`Decline::replayed`]); declines are typed ([`Reason`], [`Decline`]).

@@ -1,7 +1,7 @@
 //! `ledgerctl`: the ledger from the command line, on the `ledger-client` crate, so
 //! a keyed command keeps the exactly-once promise the library keeps: one key per
 //! operation (made and printed before the first attempt when not given), retries
-//! of the same bytes within `--timeout`, and `LookupKey` (and one resend) to
+//! of the same bytes within `--timeout`, and `LookupKey` (and a resend) to
 //! settle an outcome that budget left unknown.
 //!
 //! - `cli`: the flags and subcommands (clap);
