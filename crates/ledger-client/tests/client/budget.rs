@@ -168,7 +168,9 @@ async fn settle_a_lost_reply(fault: impl FnOnce(usize) -> Fault) -> (u32, u64) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_reply_is_settled_by_the_lookup_and_a_replay() {
-    let (attempts, cuts) = settle_a_lost_reply(Fault::CutRequestsLongerThanBeforeLookup).await;
+    let (attempts, cuts) =
+        settle_a_lost_reply(|limit| Fault::CutRequestsLongerThanBeforeLookup { limit, then: 0 })
+            .await;
 
     assert!(attempts >= 2, "the attempts cut, and the resend");
     assert!(cuts >= 1);
@@ -180,7 +182,8 @@ async fn a_lost_reply_is_settled_by_the_lookup_and_a_replay() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_resend_that_meets_a_closing_connection_is_sent_again() {
     let (attempts, cuts) =
-        settle_a_lost_reply(Fault::CutRequestsLongerThanBeforeLookupAndFirstAfter).await;
+        settle_a_lost_reply(|limit| Fault::CutRequestsLongerThanBeforeLookup { limit, then: 1 })
+            .await;
 
     assert!(
         attempts >= 3,
@@ -216,7 +219,9 @@ async fn settle_a_reused_key(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reused_key_settles_as_reused_not_as_the_other_requests_success() {
-    let result = settle_a_reused_key(Fault::CutRequestsLongerThanBeforeLookup).await;
+    let result =
+        settle_a_reused_key(|limit| Fault::CutRequestsLongerThanBeforeLookup { limit, then: 0 })
+            .await;
 
     let Err(Error::Declined(decline)) = result else {
         panic!("expected IDEMPOTENCY_KEY_REUSED, got {result:?}");

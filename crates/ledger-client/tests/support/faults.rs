@@ -6,7 +6,7 @@
 //! frame with END_STREAM on a stream), and acts on that.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,12 +32,10 @@ pub enum Fault {
     CutRequestsLongerThan(usize),
     /// As `CutRequestsLongerThan`, until a smaller request (a `LookupKey`)
     /// has passed on any connection of the proxy; from then on every request
-    /// passes: a call's attempts are cut, and what settles it is not.
-    CutRequestsLongerThanBeforeLookup(usize),
-    /// As `CutRequestsLongerThanBeforeLookup`, and the first longer request
-    /// after the look-up is cut too: the resend that settles a call meets a
-    /// connection that closes, as one does when an instance goes away.
-    CutRequestsLongerThanBeforeLookupAndFirstAfter(usize),
+    /// passes but the first `then` longer ones (a resend whose connection
+    /// closes under it, as when an instance goes away): a call's attempts are
+    /// cut, and what settles it is not.
+    CutRequestsLongerThanBeforeLookup { limit: usize, then: u32 },
     /// Once the first request is forwarded, nothing comes back for this long;
     /// then the reply is delivered.
     DelayReply(Duration),
@@ -68,18 +66,20 @@ struct Shared {
     forwarded: Notify,
     /// A request under the size limit passed a `CutRequestsLongerThanBeforeLookup`.
     looked_up: AtomicBool,
-    /// The first longer request after the look-up was cut.
-    cut_after_lookup: AtomicBool,
+    /// Longer requests cut since then.
+    cut_after_lookup: AtomicU32,
 }
 
 impl Shared {
-    /// Whether a request of `size` is cut while the look-up (a request no
-    /// longer than `limit`) has not passed; a look-up passing is recorded.
-    fn cuts_before_lookup(&self, limit: usize, size: usize) -> bool {
+    /// Whether a request of `size` is cut: every one longer than `limit` until
+    /// the look-up (one no longer) has passed, and the first `then` after it.
+    fn cuts_around_lookup(&self, limit: usize, then: u32, size: usize) -> bool {
         if size <= limit {
             self.looked_up.store(true, Ordering::Relaxed);
+            return false;
         }
-        size > limit && !self.looked_up.load(Ordering::Relaxed)
+        !self.looked_up.load(Ordering::Relaxed)
+            || self.cut_after_lookup.fetch_add(1, Ordering::Relaxed) < then
     }
 }
 
@@ -104,7 +104,7 @@ impl FaultProxy {
             counts: Counts::default(),
             forwarded: Notify::new(),
             looked_up: AtomicBool::new(false),
-            cut_after_lookup: AtomicBool::new(false),
+            cut_after_lookup: AtomicU32::new(0),
         });
         let accepting = shared.clone();
         let accept = tokio::spawn(async move {
@@ -197,15 +197,8 @@ async fn to_server(
         let cut = match (fault, ended) {
             (Fault::CutAfterRequest, Some(_)) => true,
             (Fault::CutRequestsLongerThan(limit), Some(size)) => size > limit,
-            (Fault::CutRequestsLongerThanBeforeLookup(limit), Some(size)) => {
-                shared.cuts_before_lookup(limit, size)
-            }
-            (Fault::CutRequestsLongerThanBeforeLookupAndFirstAfter(limit), Some(size)) => {
-                let looked_up = shared.looked_up.load(Ordering::Relaxed);
-                shared.cuts_before_lookup(limit, size)
-                    || (looked_up
-                        && size > limit
-                        && !shared.cut_after_lookup.swap(true, Ordering::Relaxed))
+            (Fault::CutRequestsLongerThanBeforeLookup { limit, then }, Some(size)) => {
+                shared.cuts_around_lookup(limit, then, size)
             }
             (Fault::DelayReply(delay), Some(_)) => {
                 shared.counts.delays.fetch_add(1, Ordering::Relaxed);
