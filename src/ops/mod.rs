@@ -24,9 +24,10 @@ use prost::Message;
 pub use messages::{account_message, entry_message, hold_message, limits_message, timestamp};
 pub use parse::{Violations, single};
 
+use crate::ledger::book::Posting;
 use crate::ledger::{
-    Book, Effect, EntryKind, FieldViolation, Fingerprint, IdempotencyKey, Metadata, Needs, Refusal,
-    fingerprint::Fields,
+    Book, Effect, Entry, EntryKind, FieldViolation, Fingerprint, IdempotencyKey, Metadata, Needs,
+    Refusal, fingerprint::Fields,
 };
 use crate::proto::pb;
 
@@ -363,14 +364,9 @@ impl AccountAmount {
 
     /// The one entry of `kind` on its account, in the account's currency and
     /// within its limits.
-    fn post(&self, book: &mut Book, kind: EntryKind) -> Result<crate::ledger::Entry, Refusal> {
+    fn post(&self, book: &mut Book, kind: EntryKind) -> Result<Entry, Refusal> {
         book.account_in(self.account_id, self.currency)?;
-        let posting = crate::ledger::book::Posting::new(
-            self.account_id,
-            kind,
-            self.amount,
-            self.description.clone(),
-        );
+        let posting = Posting::new(self.account_id, kind, self.amount, self.description.clone());
         book.post(posting)
     }
 }
