@@ -137,6 +137,11 @@ disabled_storage_engines = "MyISAM,BLACKHOLE,FEDERATED,ARCHIVE,MEMORY"
 report_host          = $(addr "$i")
 report_port          = $(port "$i")
 plugin_load_add      = group_replication.so
+# A member starts read-only and the group makes it writable once it is ONLINE: a
+# client that reaches a restarted member before START GROUP_REPLICATION cannot
+# commit there what the group lacks (the member could then never rejoin:
+# "more executed transactions than those present in the group").
+super_read_only      = ON
 loose-group_replication_group_name     = $GROUP_NAME
 loose-group_replication_start_on_boot  = OFF
 loose-group_replication_bootstrap_group = OFF
@@ -178,7 +183,7 @@ init_member() {  # --initialize-insecure + users (not binlogged) + recovery chan
   [[ -f $d/.initialized ]] && return 0
   log "m$i: initialize-insecure $d/data"
   rm -rf "$d/data"; mkdir -p "$d/data"
-  run_bin usr/sbin/mysqld --defaults-file="$(cnf "$i")" --initialize-insecure \
+  run_bin usr/sbin/mysqld --defaults-file="$(cnf "$i")" --initialize-insecure --super-read-only=OFF \
     || { tail -20 "$d/log/mysqld.log" >&2; die "m$i: initialize failed"; }
   touch "$d/.needs-users"
   date -u +%FT%TZ > "$d/.initialized"
@@ -221,6 +226,7 @@ wait_member() {
   if [[ -f $d/.needs-users ]]; then
     # Local-only accounts: not written to the binlog, so every member keeps an empty GTID set.
     sql "$i" <<EOF
+SET GLOBAL super_read_only=OFF;
 SET SQL_LOG_BIN=0;
 CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED WITH caching_sha2_password BY '';
 GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
@@ -229,15 +235,19 @@ GRANT REPLICATION SLAVE, CONNECTION_ADMIN, BACKUP_ADMIN, GROUP_REPLICATION_STREA
 FLUSH PRIVILEGES;
 SET SQL_LOG_BIN=1;
 CHANGE REPLICATION SOURCE TO SOURCE_USER='$RPL_USER', SOURCE_PASSWORD='$RPL_PASS' FOR CHANNEL 'group_replication_recovery';
+SET GLOBAL super_read_only=ON;
 EOF
     rm -f "$d/.needs-users"
   fi
   if netns_mode; then  # this host reaches the member from the bridge's address
     sql "$i" <<EOF
+SET @was = @@GLOBAL.super_read_only;
+SET GLOBAL super_read_only=OFF;
 SET SQL_LOG_BIN=0;
 CREATE USER IF NOT EXISTS 'root'@'$(host_pattern)' IDENTIFIED WITH caching_sha2_password BY '';
 GRANT ALL PRIVILEGES ON *.* TO 'root'@'$(host_pattern)' WITH GRANT OPTION;
 SET SQL_LOG_BIN=1;
+SET GLOBAL super_read_only=@was;
 EOF
   fi
   log "m$i: up (pid $(member_pid "$i"))"
@@ -320,13 +330,41 @@ EOF
   log "start total: $((SECONDS - t0))s"
 }
 
-shutdown_member() {  # mysqladmin shutdown (SIGTERM fallback) and wait for the pid to go
+# Runs "$@" (a function of this script or a command) for at most $1 seconds; false
+# if it failed or was stopped. A member whose group is broken can leave STOP
+# GROUP_REPLICATION or a shutdown waiting for ever: a stop must still end.
+bounded() {
+  local secs=$1 pid waited=0; shift
+  "$@" & pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    if (( waited >= secs * 10 )); then
+      log "gave up after ${secs}s: $*"
+      pkill -KILL -P "$pid" 2>/dev/null || true; kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      return 1
+    fi
+    sleep 0.1; waited=$((waited + 1))
+  done
+  wait "$pid"
+}
+
+shutdown_member() {  # mysqladmin shutdown (SIGTERM fallback), SIGKILL if it is not gone in 120 s
   local i=$1 pid deadline
   pid=$(member_pid "$i") || return 0
-  admin "$i" shutdown 2>/dev/null || kill -TERM "$pid"
+  # mysqladmin waits (up to an hour by default) for the server to go: bound it, the loop below waits.
+  bounded 10 admin "$i" --shutdown-timeout=1 shutdown 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
   deadline=$((SECONDS + 120))
   while kill -0 "$pid" 2>/dev/null; do
-    (( SECONDS < deadline )) || die "m$i: pid $pid still running after 120s"
+    if (( SECONDS >= deadline )); then
+      log "m$i: pid $pid still running after 120s: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      deadline=$((SECONDS + 30))
+      while kill -0 "$pid" 2>/dev/null; do
+        (( SECONDS < deadline )) || die "m$i: pid $pid survived SIGKILL"
+        sleep 0.1
+      done
+      break
+    fi
     sleep 0.1
   done
   log "m$i: stopped (pid $pid)"
@@ -338,7 +376,8 @@ cmd_stop() {  # leave the group one by one (3,2,1: the last one out holds every 
   for i in $(seq $N -1 1); do
     member_pid "$i" >/dev/null || { log "m$i: not running"; continue; }
     if [[ $(gr_state "$i") =~ ^(ONLINE|RECOVERING|ERROR)$ ]]; then
-      log "m$i: STOP GROUP_REPLICATION"; q "$i" "STOP GROUP_REPLICATION" >/dev/null 2>&1 || true
+      log "m$i: STOP GROUP_REPLICATION"
+      bounded 60 q "$i" "STOP GROUP_REPLICATION" >/dev/null 2>&1 || log "m$i: left without leaving the group"
     fi
   done
   for i in $(seq 1 $N); do shutdown_member "$i" & pids+=($!); done
@@ -387,6 +426,14 @@ cmd_urls() {
 
 online_seen_by() { q "$1" "SELECT COUNT(*) FROM performance_schema.replication_group_members WHERE MEMBER_STATE='ONLINE'" 2>/dev/null || echo 0; }
 
+kill_clients() {  # ends member $1's client sessions but this one
+  local id
+  for id in $(q "$1" "SELECT ID FROM performance_schema.processlist WHERE USER IS NOT NULL \
+      AND USER NOT IN ('system user', 'event_scheduler') AND ID <> CONNECTION_ID()" 2>/dev/null || true); do
+    q "$1" "KILL $id" >/dev/null 2>&1 || true
+  done
+}
+
 cmd_heal() {  # no cut, no delay; members that left rejoin; until every running member is ONLINE in one group
   local i s running whole deadline=$((SECONDS + START_TIMEOUT)) t0=$SECONDS
   netns_mode || die "heal: the group is not on its own network (start --netns)"
@@ -399,6 +446,10 @@ cmd_heal() {  # no cut, no delay; members that left rejoin; until every running 
       s=$(gr_state "$i")
       if [[ $s == ERROR || $s == OFFLINE || -z $s ]]; then
         log "m$i: ${s:-not a member}: rejoining"
+        # A client session waiting for the group's sync holds STOP GROUP_REPLICATION
+        # up (for minutes); the member's clients lose their connections, as a
+        # member that leaves its group would drop them.
+        kill_clients "$i"
         q "$i" "STOP GROUP_REPLICATION" >/dev/null 2>&1 || true
         q "$i" "START GROUP_REPLICATION" >/dev/null 2>&1 || log "m$i: START GROUP_REPLICATION failed; trying again"
         whole=0
