@@ -379,7 +379,7 @@ checks() {
   out=$("${G[@]}" -v -d "$CHARGE" "$ADDR" ledger.v1.Ledger/Charge)
   expect "its replay, with idempotent-replayed: true" '^idempotent-replayed: true' "$out"
   expect "the replay returns the same entry" "$(grep -oE '"entryId": "[0-9]+"' <<<"$first")" "$out"
-  expect "the image's ledgerctl reads the account" '^balance +70 USD' \
+  expect "the image's ledgerctl reads the account" '^balance +0.70 USD' \
     "$(compose exec -T ledger ledgerctl get-account --account-id 1 2>&1)"
 
   t0=$SECONDS

@@ -118,6 +118,14 @@ expect "Reverse" '"reversesEntryId": "[0-9]+"' \
   "$ADDR" ledger.v1.Ledger/Reverse
 expect "a second reversal" '"reason":"ALREADY_REVERSED"' \
   $G -d '{"idempotency_key":"undo-sale-1-again","original_key":"sale-1"}' "$ADDR" ledger.v1.Ledger/Reverse
+# A batch: a credit, then a charge it pays for, then a charge it does not; and
+# the first item's key again, replayed.
+expect "Batch" '"reason":"INSUFFICIENT_FUNDS"' \
+  $G -d '{"items":[{"credit":{"idempotency_key":"bulk-1","account_id":3,"amount":5,"currency":"USD"}},{"charge":{"idempotency_key":"bulk-2","account_id":3,"amount":5,"currency":"USD"}},{"charge":{"idempotency_key":"bulk-3","account_id":3,"amount":100000,"currency":"USD"}}]}' \
+  "$ADDR" ledger.v1.Ledger/Batch
+expect "Batch, again" '"replayed": true' \
+  $G -d '{"items":[{"credit":{"idempotency_key":"bulk-1","account_id":3,"amount":5,"currency":"USD"}}]}' \
+  "$ADDR" ledger.v1.Ledger/Batch
 expect "LookupKey" '"method": "/ledger.v1.Ledger/Charge"' \
   $G -d '{"idempotency_key":"req-42"}' "$ADDR" ledger.v1.Ledger/LookupKey
 expect "LookupKey of an unused key" '"reason":"KEY_NOT_FOUND"' \

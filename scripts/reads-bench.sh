@@ -14,7 +14,9 @@
 #
 # Environment: SCENARIOS ("search get-entry"; each a `ledger bench` scenario,
 # NAME:ARGS adds arguments, e.g. "balance-deep:--balance-entries 1000000"),
-# ROUNDS (3), SECS (10), CONCURRENCY (16), ACCOUNTS (1000), LEDGER_ENTRIES (1000000).
+# ROUNDS (3), SECS (10), CONCURRENCY (16), ACCOUNTS (1000), LEDGER_ENTRIES (1000000),
+# BENCH_BIN (the `ledger` that runs the bench: by default the one served, whose
+# scenarios a build before them lacks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +39,7 @@ measure() { # round spec
   local round=$1 spec=$2 name=${2%%:*} extra=()
   [ "$spec" != "$name" ] && read -r -a extra <<<"${spec#*:}"
   local line
-  line=$("$bin" bench --target "$target" --concurrency "$conc" --accounts "$accounts" \
+  line=$("${BENCH_BIN:-$bin}" bench --target "$target" --concurrency "$conc" --accounts "$accounts" \
            --duration "${secs}s" --warmup 2s --json --scenario "$name" \
            --ledger-entries "$entries" "${extra[@]}") || fail "$name failed"
   python3 - "$line" "$round" "$spec" >>"$results" <<'PY' || fail "$spec: $line"

@@ -16,8 +16,8 @@ use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
-use crate::config::{ConsoleSettings, Settings};
-use crate::console::{self, Console};
+use crate::config::Settings;
+use crate::console::{self, Console, ConsoleSettings};
 use crate::db::admin::migrate;
 use crate::db::admin::purge::Purger;
 use crate::db::stream::Assigner;
@@ -94,7 +94,7 @@ fn warn_about_plaintext_tokens(settings: &Settings) {
 
 /// The console's listener on its address; in the development setup, on the next
 /// free port when that one is taken.
-async fn bind_console(console: ConsoleSettings) -> anyhow::Result<TcpListener> {
+async fn bind_console(console: &ConsoleSettings) -> anyhow::Result<TcpListener> {
     /// Ports tried after a taken one, in the development setup.
     const NEXT_PORTS: u16 = 20;
     let mut addr = console.addr;
@@ -132,8 +132,8 @@ fn warn_about_a_remote_console(settings: &Settings, addr: SocketAddr) {
 #[derive(Debug)]
 pub struct Application {
     listener: TcpListener,
-    /// The web console's, when it is on.
-    console: Option<TcpListener>,
+    /// The web console's, when it is on, and its settings.
+    console: Option<(TcpListener, ConsoleSettings)>,
     persistence: Persistence,
     admission: Admission,
     pages: PageTokens,
@@ -189,8 +189,8 @@ impl Application {
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
-        let console = match settings.console {
-            Some(console) => Some(bind_console(console).await?),
+        let console = match &settings.console {
+            Some(console) => Some((bind_console(console).await?, console.clone())),
             None => None,
         };
         let admission = Admission::new(
@@ -218,7 +218,7 @@ impl Application {
 
     /// The console's bound address, when it is on.
     pub fn console_addr(&self) -> Option<SocketAddr> {
-        self.console.as_ref().and_then(|l| l.local_addr().ok())
+        self.console.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
     pub fn persistence(&self) -> &Persistence {
@@ -246,31 +246,13 @@ impl Application {
         let addr = listener.local_addr()?;
         let reporter = HealthReporter::new();
         health::set_all(&reporter, ServingStatus::Serving).await;
-        let stop_watching = CancellationToken::new();
-        let watcher = tokio::spawn(health::watch_database(
-            persistence.clone(),
-            reporter.clone(),
-            stop_watching.clone(),
-        ));
-        let purger = settings.key_retention.map(|retention| {
-            let urls: Vec<String> = std::iter::once(settings.database_url.clone())
-                .chain(settings.failover_urls.iter().cloned())
-                .collect();
-            tokio::spawn(Purger::new(&urls, retention).run(stop_watching.clone()))
-        });
-        let assigner = settings.stream_assigner.then(|| {
-            let urls: Vec<String> = std::iter::once(settings.database_url.clone())
-                .chain(settings.failover_urls.iter().cloned())
-                .collect();
-            let assigner = Assigner::new(&urls, &settings.session, persistence.stream());
-            tokio::spawn(assigner.run(stop_watching.clone()))
-        });
+        let background = Background::start(&settings, &persistence, &reporter);
 
         let reader = Reader::new(persistence.read_only(), pages, admission);
         let router = router(&settings, &persistence, reader.clone(), &reporter)?;
         let stop_accepting = CancellationToken::new();
         let console = console
-            .map(|listener| spawn_console(listener, &settings, reader, &reporter, &stop_accepting));
+            .map(|console| spawn_console(console, &settings, reader, &reporter, &stop_accepting));
         let incoming = connections::capped(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             settings.max_connections,
@@ -284,7 +266,7 @@ impl Application {
         tracing::info!(%addr, tls = settings.tls.is_some(), auth = settings.auth.is_some(), "serving ledger.v1.Ledger");
         tokio::select! {
             failed = &mut serving => {
-                stop_watching.cancel();
+                background.stop().await;
                 return failed.context("gRPC server failed");
             }
             () = shutdown => {}
@@ -296,15 +278,8 @@ impl Application {
             ?grace,
             "shutting down: NOT_SERVING, then draining calls in flight"
         );
-        stop_watching.cancel();
         persistence.close_watchers();
-        let _ = watcher.await;
-        if let Some(purger) = purger {
-            let _ = purger.await;
-        }
-        if let Some(assigner) = assigner {
-            let _ = assigner.await;
-        }
+        background.stop().await;
         health::set_all(&reporter, ServingStatus::NotServing).await;
         tokio::select! {
             failed = &mut serving => return failed.context("gRPC server failed"),
@@ -332,23 +307,61 @@ impl Application {
     }
 }
 
+/// The tasks beside the request path: the database's health watch, and, where
+/// configured, retention's purge and the change stream's assigner. They stop
+/// together, at shutdown or when serving fails.
+struct Background {
+    stop: CancellationToken,
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Background {
+    fn start(settings: &Settings, persistence: &Persistence, reporter: &HealthReporter) -> Self {
+        let stop = CancellationToken::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        let urls: Vec<String> = std::iter::once(settings.database_url.clone())
+            .chain(settings.failover_urls.iter().cloned())
+            .collect();
+        tasks.spawn(health::watch_database(
+            persistence.clone(),
+            reporter.clone(),
+            stop.clone(),
+        ));
+        if let Some(retention) = settings.key_retention {
+            tasks.spawn(Purger::new(&urls, retention).run(stop.clone()));
+        }
+        if settings.stream_assigner {
+            let assigner = Assigner::new(&urls, &settings.session, persistence.stream());
+            tasks.spawn(assigner.run(stop.clone()));
+        }
+        Self { stop, tasks }
+    }
+
+    /// Stops every task, and waits until each has.
+    async fn stop(mut self) {
+        self.stop.cancel();
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
 /// Serves the console on `listener` until `stop` (when the gRPC server stops
 /// accepting calls).
 fn spawn_console(
-    listener: TcpListener,
+    (listener, options): (TcpListener, ConsoleSettings),
     settings: &Settings,
     reader: Reader,
     reporter: &HealthReporter,
     stop: &CancellationToken,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
-    if let Ok(addr) = listener.local_addr() {
-        warn_about_a_remote_console(settings, addr);
-        tracing::info!(console = %format!("http://{addr}/"), "serving the console");
-    }
+    let bound = listener.local_addr().unwrap_or(options.addr);
+    warn_about_a_remote_console(settings, bound);
+    tracing::info!(console = %format!("http://{bound}/"), "serving the console");
     let pages = Console::new(
         reader,
         HealthService::from_health_reporter(reporter.clone()),
         settings.auth.clone(),
+        &options,
+        bound,
     )
     .router();
     tokio::spawn(console::serve(

@@ -11,9 +11,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use ledger::app::Application;
-use ledger::config::{
-    AuditArgs, ConsoleSettings, DatabaseArgs, HealthcheckArgs, MigrateArgs, PurgeArgs, ServeArgs,
-};
+use ledger::config::{AuditArgs, DatabaseArgs, HealthcheckArgs, MigrateArgs, PurgeArgs, ServeArgs};
 use ledger::db::admin::migrate;
 use ledger_devtools::managed::{ManagedOptions, ManagedServer};
 
@@ -27,7 +25,7 @@ pub(crate) async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     with_database(&args.database, |url| async move {
         let mut settings = args.settings(url)?;
         if development && settings.console.is_none() {
-            settings.console = Some(ConsoleSettings::development());
+            settings.console = Some(args.development_console());
         }
         let app = Application::build(settings, None).await?;
         app.run_until(shutdown_signal()).await

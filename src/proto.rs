@@ -4,7 +4,7 @@
 //! against those messages: the `Ledger` server trait (`pb::ledger_server`) and the
 //! descriptor set the server's reflection serves.
 
-pub use ledger_proto::{ERROR_DOMAIN, code_name};
+pub use ledger_proto::{ERROR_DOMAIN, code_name, money};
 
 #[allow(
     clippy::all,

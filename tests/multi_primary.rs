@@ -26,7 +26,7 @@ mod support;
 mod workload;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -42,8 +42,9 @@ use support::{
 use tonic::Code;
 use tonic::metadata::MetadataMap;
 use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_types::StatusExt as _;
-use workload::{Counters, Mix, open_accounts, run_clients, verify};
+use workload::{Counters, open_accounts, run_clients, verify};
 
 fn nodes() -> Vec<String> {
     match std::env::var("LEDGER_TEST_CLUSTER_URLS") {
@@ -59,9 +60,26 @@ fn nodes() -> Vec<String> {
     }
 }
 
-/// A database of the test's own on the cluster, created through node 1.
+/// The nodes, every one of them up: a node that refuses connections (one a
+/// failed test left down, or one that died) is started again first, so each
+/// test finds the cluster whole.
+fn whole_nodes() -> Vec<String> {
+    let nodes = nodes();
+    let refused = nodes.iter().any(|url| {
+        let addr = url.rsplit('@').next().unwrap_or(url);
+        addr.parse()
+            .is_ok_and(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err())
+    });
+    if refused {
+        eprintln!("a node refuses connections: starting the cluster whole again");
+        cluster(&["start"]);
+    }
+    nodes
+}
+
+/// A database of the test's own on the whole cluster, created through node 1.
 fn cluster_db() -> TestDb {
-    TestDb::on_cluster(nodes()[0].clone(), engine().causal_reads())
+    TestDb::on_cluster(whole_nodes()[0].clone(), engine().causal_reads())
 }
 
 /// Runs the cluster's script.
@@ -79,6 +97,41 @@ fn cluster_with(env: &[(&str, &str)], args: &[&str]) {
         .status()
         .unwrap();
     assert!(status.success(), "{script} {args:?}");
+}
+
+/// Node `node` (from 1) killed, started again by [`Killed::restart`] or, when
+/// a test fails first, on drop: the tests after it find the cluster whole.
+#[must_use]
+struct Killed {
+    node: &'static str,
+    back: bool,
+}
+
+fn kill(node: &'static str) -> Killed {
+    cluster(&["kill", node]);
+    Killed { node, back: false }
+}
+
+impl Killed {
+    fn restart(mut self) {
+        cluster(&["restart-node", self.node]);
+        self.back = true;
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if !self.back {
+            let script = engine().script();
+            let restarted = std::process::Command::new("bash")
+                .args([script, "restart-node", self.node])
+                .status();
+            eprintln!(
+                "node {} restarted after a failure: {restarted:?}",
+                self.node
+            );
+        }
+    }
 }
 
 /// An instance in the test process on node `node` (from 0) only, otherwise as
@@ -199,7 +252,7 @@ async fn settle_call<M: prost::Message + Clone + 'static>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
 async fn every_node_is_recognized_as_multi_primary() {
-    for node in nodes() {
+    for node in whole_nodes() {
         let mut conn = ledger::db::conn::connection::connect(&node).await.unwrap();
         assert!(
             ledger::db::conn::self_check::is_multi_primary(&mut conn)
@@ -837,41 +890,40 @@ async fn losing_a_node_under_load_loses_nothing() {
     let nodes = nodes();
     let db = cluster_db();
     let own_node: Vec<String> = nodes.iter().map(|node| db.url_on(node)).collect();
-    let (_instances, channels) = serve(&db, &own_node, |_| NODE_LOSS_ARGS.to_vec()).await;
+    let (instances, channels) = serve(&db, &own_node, |_| NODE_LOSS_ARGS.to_vec()).await;
     let accounts = open_accounts(&channels[0]).await;
 
     let seed: u64 = rand::random();
     println!("node loss: seed {seed}");
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let clients = run_clients(Mix::All, seed, 9, &channels, &accounts, &counters, &stop).await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let before_kill = counters.ops.load(Ordering::Relaxed);
-    assert!(before_kill > 0, "the clients are under way");
+    let clients = run_clients(seed, 9, &channels, &accounts, &counters, &stop).await;
+    counters.until_more("the clients are under way").await;
 
-    cluster(&["kill", "2"]);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let node_2 = kill("2");
+    instances[1].until_health(ServingStatus::NotServing).await;
     let to_dead = support::with_deadline(charge("to-node-2", 1, 1), Duration::from_secs(3));
     let status = ledger::proto::pb::ledger_client::LedgerClient::new(channels[1].clone())
         .charge(to_dead)
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(
-        counters.ops.load(Ordering::Relaxed) > before_kill,
-        "the clients go on with a node down"
-    );
-    cluster(&["restart-node", "2"]);
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    counters
+        .until_more("the clients go on with a node down")
+        .await;
+    node_2.restart();
+    instances[1].until_health(ServingStatus::Serving).await;
+    counters
+        .until_more("the clients go on once the node is back")
+        .await;
     stop.store(true, Ordering::Relaxed);
-    let finals = clients.await.unwrap();
+    let run = clients.await.unwrap();
 
-    verify(&db, &accounts, &finals).await;
+    let verified = verify(&db, &accounts, &run).await;
     for node in &nodes[1..] {
         assert_audit_passes(&db.url_on(node)).await;
     }
-    println!("node loss: {}", counters.summary());
+    println!("node loss: {}\n{verified}", counters.summary());
 }
 
 /// The change stream on a cluster (SPEC 3.8): clients write through the
@@ -885,7 +937,7 @@ async fn a_watcher_on_a_third_node_sees_every_entry_once_across_a_node_loss() {
     let nodes = nodes();
     let db = cluster_db();
     let own_node: Vec<String> = nodes.iter().map(|node| db.url_on(node)).collect();
-    let (_instances, channels) = serve(&db, &own_node, |_| NODE_LOSS_ARGS.to_vec()).await;
+    let (instances, channels) = serve(&db, &own_node, |_| NODE_LOSS_ARGS.to_vec()).await;
     let accounts = open_accounts(&channels[0]).await;
     let follower = support::follow::Follower::start(vec![channels[2].clone()], usize::MAX);
 
@@ -893,25 +945,17 @@ async fn a_watcher_on_a_third_node_sees_every_entry_once_across_a_node_loss() {
     println!("stream on a cluster: seed {seed}");
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let clients = run_clients(
-        Mix::All,
-        seed,
-        6,
-        &channels[..2],
-        &accounts,
-        &counters,
-        &stop,
-    )
-    .await;
+    let clients = run_clients(seed, 6, &channels[..2], &accounts, &counters, &stop).await;
     follower.until_seen(200).await;
-    cluster(&["kill", "2"]);
+    let node_2 = kill("2");
     let before_kill = follower.seen().await;
     follower.until_seen(before_kill + 200).await;
-    cluster(&["restart-node", "2"]);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    node_2.restart();
+    instances[1].until_health(ServingStatus::Serving).await;
+    follower.until_seen(follower.seen().await + 200).await;
     stop.store(true, Ordering::Relaxed);
-    let finals = clients.await.unwrap();
-    verify(&db, &accounts, &finals).await;
+    let run = clients.await.unwrap();
+    let verified = verify(&db, &accounts, &run).await;
 
     support::until_sequenced(&db, Duration::from_secs(60)).await;
     let total = usize::try_from(db.count("SELECT COUNT(*) FROM entries").await).unwrap();
@@ -922,7 +966,7 @@ async fn a_watcher_on_a_third_node_sees_every_entry_once_across_a_node_loss() {
         assert_audit_passes(&db.url_on(node)).await;
     }
     println!(
-        "stream on a cluster: {} entries; {}",
+        "stream on a cluster: {} entries; {}\n{verified}",
         streamed.len(),
         counters.summary()
     );
@@ -1332,14 +1376,10 @@ async fn routed_by_account_losing_a_node_under_load_loses_nothing() {
     println!("node loss, routed by account: seed {seed}");
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let clients = run_clients(Mix::All, seed, 9, &channels, &accounts, &counters, &stop).await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(
-        counters.ops.load(Ordering::Relaxed) > 0,
-        "the clients are under way"
-    );
+    let clients = run_clients(seed, 9, &channels, &accounts, &counters, &stop).await;
+    counters.until_more("the clients are under way").await;
 
-    cluster(&["kill", "2"]);
+    let node_2 = kill("2");
     // Each account, through each instance, while node 2 is dead: the accounts
     // it served have moved. Keyed like the clients' own, so the check below
     // counts them.
@@ -1362,22 +1402,22 @@ async fn routed_by_account_losing_a_node_under_load_loses_nothing() {
             moved.insert(key, workload::Final::Posted(vec![posted]));
         }
     }
-    let after_kill = counters.ops.load(Ordering::Relaxed);
-    cluster(&["restart-node", "2"]);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        counters.ops.load(Ordering::Relaxed) > after_kill,
-        "the clients go on once the node is back"
-    );
+    node_2.restart();
+    counters
+        .until_more("the clients go on once the node is back")
+        .await;
     stop.store(true, Ordering::Relaxed);
-    let mut finals = clients.await.unwrap();
-    finals.extend(moved);
+    let mut run = clients.await.unwrap();
+    run.finals.extend(moved);
 
-    verify(&db, &accounts, &finals).await;
+    let verified = verify(&db, &accounts, &run).await;
     for node in &nodes {
         assert_audit_passes(&db.url_on(node)).await;
     }
-    println!("node loss, routed by account: {}", counters.summary());
+    println!(
+        "node loss, routed by account: {}\n{verified}",
+        counters.summary()
+    );
 }
 
 /// `ledger_transaction_retries_total{reason="conflict"}` of an instance.

@@ -2,18 +2,26 @@
 //! whose nodes run on their own addresses (MariaDB Galera or MySQL Group
 //! Replication, started with `--netns`), so that their links can be cut.
 //!
-//! Ten accounts; eight clients moving money between eight of them (transfers and
-//! posts, each retried with its key until final) through two `ledger serve`
-//! instances routed by account; a prober per account charging it by a transfer
-//! every 100 ms, to time how long it could not be charged; a prober of stale
-//! reads on the other two; a watcher on the change stream. For 60 s the nemesis
-//! cuts a random node off, heals, cuts off the node the first instance prefers
-//! (also from the service), kills a node and restarts it, cuts one way, and slows
-//! links where the kernel has netem. Throughout, the money in the ledger, read in
-//! one snapshot through every node that answers, stays what the accounts opened
-//! with; at the end no acknowledged operation is lost or doubled (the clients'
-//! model, `ledger audit` on every node), no decline was stored from a stale read,
-//! the watcher saw every entry once, and availability is printed.
+//! Ten accounts; eight clients making every keyed operation on eight of them
+//! (`workload`: credits and charges, transfers and posts, refunds of charges
+//! and captures, holds placed, captured, voided and left to expire, changes of
+//! limits, reversals raced by rivals; each retried with its key until final)
+//! through two `ledger serve` instances routed by account; a prober per
+//! account debiting it by a transfer every 100 ms, to time how long it could
+//! not be charged; a prober of stale reads on the other two; a watcher on the
+//! change stream. For 60 s the nemesis cuts a random node off, heals, cuts off
+//! the node the first instance prefers (also from the service), kills a node
+//! and restarts it, cuts one way, and slows links where the kernel has netem.
+//! Throughout, the money in the ledger, read in one snapshot through every
+//! node that answers, adds up: the balances to their journals, the transfers'
+//! legs to zero, the stale-read prober's two accounts to what they opened
+//! with. At the end the clients' model holds (nothing lost or doubled, no
+//! refund over its charge, no hold resolved twice or captured once expired, no
+//! acknowledged debit below the floor in force, each operation reversed at
+//! most once, every decline stored; `workload::verify`), `ledger audit` passes
+//! on every node, no decline was stored from a stale read, the watcher saw
+//! every entry once, and the counts of each operation and availability are
+//! printed.
 //!
 //! Needs the cluster, then `cargo test --test partitions -- --ignored --nocapture`:
 //! - Galera: `scripts/galera-cluster.sh start --netns`, `LEDGER_TEST_CLUSTER=galera`;
@@ -52,11 +60,11 @@ use tokio::time::Instant;
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
-use workload::{Counters, Final, Mix, OPENING_BALANCE, Posted, run_clients, verify};
+use workload::{Counters, Final, OPENING_BALANCE, Posted, open_accounts, run_clients, verify};
 
+/// The accounts: the clients' (`workload::ACCOUNTS` of them, with the
+/// workload's limits), then the stale-read prober's two.
 const ACCOUNTS: usize = 10;
-/// The clients' accounts; the last two are the stale-read prober's alone.
-const CLIENT_ACCOUNTS: usize = 8;
 const CLIENTS: u64 = 8;
 /// The node (from 1) of the lone instance, given no other: its health must go
 /// NOT_SERVING while the node is cut off.
@@ -117,8 +125,8 @@ struct Fault {
 }
 
 /// The longest stretch each account could not be charged: from the first attempt
-/// of a prober's debit of it to the debit's success, as seen from the start of
-/// the run.
+/// of a prober's debit of it to the debit's final answer, as seen from the start
+/// of the run.
 #[derive(Default)]
 struct Outages {
     /// (account, when the debit was first tried, how long it took to succeed)
@@ -231,7 +239,9 @@ fn final_of(answer: &Result<pb::TransferReply, tonic::Status>) -> Final {
 
 /// Charges every client account in turn by a transfer of 1 to the next one, every
 /// 100 ms, through alternating instances; records how long each debit took to
-/// succeed. Returns the finals of its keys.
+/// be decided (a success, or a decline for the limits the clients move: either
+/// was decided under the account's lock, so the account could be charged).
+/// Returns the finals of its keys.
 async fn charge_prober(
     channels: Vec<Channel>,
     accounts: Vec<u64>,
@@ -248,10 +258,9 @@ async fn charge_prober(
         let key = format!("cprobe-{index}-{n}");
         let started = Instant::now();
         let answer = settle_transfer(&channels, n, support::transfer(&key, from, to, 1)).await;
-        if answer.is_ok() {
-            outages.record(from, started).await;
-        }
+        outages.record(from, started).await;
         finals.insert(key, final_of(&answer));
+        // The prober's pace.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     finals
@@ -263,8 +272,7 @@ async fn charge_prober(
 /// that missed the first move. Returns the finals of its keys and the declines.
 async fn stale_read_prober(
     channels: Vec<Channel>,
-    rich: u64,
-    target: u64,
+    (rich, target): (u64, u64),
     outages: Arc<Outages>,
     stop: Arc<AtomicBool>,
 ) -> (BTreeMap<String, Final>, Vec<String>) {
@@ -307,35 +315,70 @@ async fn stale_read_prober(
     (finals, stale)
 }
 
-/// Every 500 ms, the money in the ledger read in one statement (one snapshot)
-/// through every node that answers within 2 s, causally; panics at the first
-/// read whose total differs. Returns the snapshots taken and those that failed.
-async fn money_watch(db: Arc<TestDb>, nodes: Vec<String>, stop: Arc<AtomicBool>) -> (u64, u64) {
-    let expected = OPENING_BALANCE * i64::try_from(ACCOUNTS).unwrap();
+/// The money in the ledger in one statement (one snapshot): the sum of the
+/// balances, the sum of every entry's effect on its account, what the
+/// transfers' legs net to, the sum of `bank`'s balances, and the accounts.
+fn money_query(bank: (u64, u64)) -> String {
+    use pb::EntryKind as K;
+    let (charge, out, into, capture) = (
+        K::Charge as i32,
+        K::TransferOut as i32,
+        K::TransferIn as i32,
+        K::Capture as i32,
+    );
+    format!(
+        "SELECT CAST((SELECT SUM(balance) FROM accounts) AS SIGNED), \
+         CAST((SELECT COALESCE(SUM(IF(kind IN ({charge}, {out}, {capture}), -amount, amount)), 0) \
+           FROM entries) AS SIGNED), \
+         CAST((SELECT COALESCE(SUM(CASE kind WHEN {into} THEN amount WHEN {out} THEN -amount \
+           ELSE 0 END), 0) FROM entries) AS SIGNED), \
+         CAST((SELECT SUM(balance) FROM accounts WHERE account_id IN ({}, {})) AS SIGNED), \
+         (SELECT COUNT(*) FROM accounts)",
+        bank.0, bank.1
+    )
+}
+
+/// Every 500 ms, the money in the ledger read in one snapshot through every
+/// node that answers within 2 s, causally; panics at the first read in which
+/// the balances do not add up to their journals, the transfers' legs to zero,
+/// or the stale-read prober's two accounts (`bank`, which only transfers
+/// touch) to what they opened with. Returns the snapshots taken and those that
+/// failed.
+async fn money_watch(
+    db: Arc<TestDb>,
+    nodes: Vec<String>,
+    bank: (u64, u64),
+    stop: Arc<AtomicBool>,
+) -> (u64, u64) {
+    let query = money_query(bank);
     let (mut taken, mut failed) = (0, 0);
     while !stop.load(Ordering::Relaxed) {
         for node in &nodes {
             let read = async {
                 let mut conn = mysql_async::Conn::from_url(db.url_on(node)).await.ok()?;
                 conn.query_drop(engine().causal_reads()).await.ok()?;
-                let row: Option<(i64, u64)> = conn
-                    .query_first("SELECT CAST(SUM(balance) AS SIGNED), COUNT(*) FROM accounts")
-                    .await
-                    .ok()?;
+                let row: Option<(i64, i64, i64, i64, u64)> = conn.query_first(&query).await.ok()?;
                 row
             };
             match tokio::time::timeout(Duration::from_secs(2), read).await {
-                Ok(Some((total, accounts))) => {
+                Ok(Some((total, journals, legs, bank_total, accounts))) => {
                     assert_eq!(
-                        (total, accounts),
-                        (expected, u64::try_from(ACCOUNTS).unwrap()),
-                        "the money in one snapshot through {node}"
+                        (total, legs, bank_total, accounts),
+                        (
+                            journals,
+                            0,
+                            2 * OPENING_BALANCE,
+                            u64::try_from(ACCOUNTS).unwrap()
+                        ),
+                        "the money in one snapshot through {node}: the balances, the transfers' \
+                         legs, the bank's two accounts, the accounts"
                     );
                     taken += 1;
                 }
                 _ => failed += 1,
             }
         }
+        // The snapshots' pace.
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     (taken, failed)
@@ -411,6 +454,7 @@ async fn nemesis(
                     from.elapsed().as_secs_f64()
                 );
             }
+            // The fault's length is the nemesis's schedule, not a wait.
             tokio::time::sleep(FAULT.saturating_sub(from.elapsed())).await;
             cluster(&heal).await;
             if step == 5 {
@@ -423,6 +467,7 @@ async fn nemesis(
                 (to - from).as_secs_f64()
             );
             faults.push(Fault { what, from, to });
+            // A whole cluster between faults, for as long as the schedule says.
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
         round += 1;
@@ -430,14 +475,16 @@ async fn nemesis(
     (faults, no_netem)
 }
 
-/// Opens the bank's accounts, each with the same balance.
+/// Opens the bank's accounts, each with the same balance: the clients', with
+/// the workload's limits, then the stale-read prober's two, with the floor at
+/// zero and no ceiling.
 async fn open_bank(channel: &Channel) -> Vec<u64> {
+    let mut accounts = open_accounts(channel).await;
     let mut client = LedgerClient::new(channel.clone());
-    let mut accounts = Vec::new();
-    for n in 1..=ACCOUNTS {
-        let id = support::open_funded(&mut client, &n.to_string(), "USD", OPENING_BALANCE).await;
-        accounts.push(id);
+    for tag in ["stale-rich", "stale-target"] {
+        accounts.push(support::open_funded(&mut client, tag, "USD", OPENING_BALANCE).await);
     }
+    assert_eq!(accounts.len(), ACCOUNTS);
     accounts
 }
 
@@ -475,68 +522,52 @@ async fn a_bank_under_partitions_loses_nothing() {
     let (instances, channels) = instances(&db, &nodes).await;
     let lone = instances.last().unwrap().addr;
     let accounts = open_bank(&channels[0]).await;
-    let mut finals = BTreeMap::new();
+    let (clients_own, bank) = accounts.split_at(ACCOUNTS - 2);
     let follower = support::follow::Follower::start(channels.clone(), 500);
 
     let seed: u64 = rand::random();
     println!("partitions ({:?}): seed {seed}", engine());
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let clients = run_clients(
-        Mix::Moves,
-        seed,
-        CLIENTS,
-        &channels,
-        &accounts[..CLIENT_ACCOUNTS],
-        &counters,
-        &stop,
-    )
-    .await;
+    let clients = run_clients(seed, CLIENTS, &channels, clients_own, &counters, &stop).await;
     let outages = Arc::new(Outages::default());
-    let probers: Vec<_> = (0..CLIENT_ACCOUNTS)
+    let probers: Vec<_> = (0..clients_own.len())
         .map(|i| {
             tokio::spawn(charge_prober(
                 channels.clone(),
-                accounts[..CLIENT_ACCOUNTS].to_vec(),
+                clients_own.to_vec(),
                 i,
                 outages.clone(),
                 stop.clone(),
             ))
         })
         .collect();
+    let bank = (bank[0], bank[1]);
     let stale = tokio::spawn(stale_read_prober(
         channels.clone(),
-        accounts[ACCOUNTS - 2],
-        accounts[ACCOUNTS - 1],
+        bank,
         outages.clone(),
         stop.clone(),
     ));
-    let money = tokio::spawn(money_watch(db.clone(), nodes.clone(), stop.clone()));
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        counters.ops.load(Ordering::Relaxed) > 0,
-        "the clients are under way"
-    );
+    let money = tokio::spawn(money_watch(db.clone(), nodes.clone(), bank, stop.clone()));
+    counters.until_more("the clients are under way").await;
 
     let length = std::env::var("LEDGER_TEST_PARTITION_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .map_or(Duration::from_secs(60), Duration::from_secs);
     let (faults, no_netem) = nemesis(0, lone, length, counters.clone()).await;
-    let ops_at_heal = counters.ops.load(Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        counters.ops.load(Ordering::Relaxed) > ops_at_heal,
-        "the clients go on once the cluster is whole"
-    );
+    counters
+        .until_more("the clients go on once the cluster is whole")
+        .await;
     stop.store(true, Ordering::Relaxed);
 
-    finals.extend(clients.await.unwrap());
+    let mut run = clients.await.unwrap();
     for prober in probers {
-        finals.extend(prober.await.unwrap());
+        run.finals.extend(prober.await.unwrap());
     }
     let (stale_finals, stale_declines) = stale.await.unwrap();
-    finals.extend(stale_finals);
+    run.finals.extend(stale_finals);
     let (snapshots, snapshots_failed) = money.await.unwrap();
     assert!(
         stale_declines.is_empty(),
@@ -544,7 +575,7 @@ async fn a_bank_under_partitions_loses_nothing() {
     );
     assert!(snapshots > 0, "the money was read in some snapshot");
 
-    verify(&db, &accounts, &finals).await;
+    let verified = verify(&db, &accounts, &run).await;
     for node in &nodes {
         assert_audit_passes(&db.url_on(node)).await;
     }
@@ -562,9 +593,10 @@ async fn a_bank_under_partitions_loses_nothing() {
     )
     .await;
     println!(
-        "partitions ({:?}): {}; run took {:.0} s",
+        "partitions ({:?}): {}\n{verified}\npartitions ({:?}): run took {:.0} s",
         engine(),
         counters.summary(),
+        engine(),
         run_began.elapsed().as_secs_f64()
     );
 }
@@ -612,7 +644,9 @@ async fn report(
         LONGEST_ATTEMPT_MS.load(Ordering::Relaxed)
     );
     println!(
-        "partitions ({:?}): money constant in {snapshots} snapshots ({snapshots_failed} reads of a cut-off or dead node not answered){}",
+        "partitions ({:?}): money conserved in {snapshots} snapshots: the balances added up to their journals, \
+         the transfers' legs to zero, the bank's two accounts to what they opened with \
+         ({snapshots_failed} reads of a cut-off or dead node not answered){}",
         engine(),
         if no_netem {
             "; slow links skipped: netem is not available on this kernel"

@@ -1,26 +1,31 @@
 //! Who reads the console. Without tokens, everyone is the anonymous client, as on
 //! the gRPC API. With tokens, a page asks for one (401 with a form); `POST /login`
-//! checks it and keeps it in a cookie that scripts cannot read (`HttpOnly`) and
-//! that no other site's page sends (`SameSite=Strict`); `POST /logout` clears it.
-//! The token is then checked on every request, like a bearer token, so removing a
-//! client from the tokens file ends its sessions at the next restart.
+//! checks it, opens a session (`session`: the token is not kept) and names it in
+//! a cookie that scripts cannot read (`HttpOnly`), that no other site's page
+//! sends (`SameSite=Strict`), and, behind a TLS proxy, that travels over HTTPS
+//! alone (`Secure`, `--console-secure-cookie`); `POST /logout` ends the session
+//! and clears the cookie.
 //!
-//! The posts only set or clear the cookie. A post whose `Origin` is another site's
-//! is refused, so no other site can log a browser in under a token of its own.
+//! The posts only open or end a session and set or clear its cookie. A post
+//! whose `Origin` is another site's is refused, so no other site can log a
+//! browser in under a token of its own.
 
-use axum::body::Bytes;
+use axum::Form;
+use axum::extract::rejection::FormRejection;
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse as _, Redirect, Response};
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use axum_extra::extract::CookieJar;
+use axum_extra::extract::cookie::{Cookie, SameSite};
 
-use super::{Console, Nav, html};
+use super::frame::{Nav, html};
+use super::query::Params;
+use super::state::Console;
 use crate::grpc::auth::Client;
 
-/// The cookie that keeps the token (base64url, so any token fits a cookie).
-const COOKIE: &str = "ledger_console_token";
+/// The cookie that names a browser's session.
+const COOKIE: &str = "ledger_console_session";
 
 /// The reader of a page: its client, and how the navigation shows it.
 #[derive(Debug, Clone)]
@@ -37,22 +42,26 @@ struct LoginPage {
     /// Where to go once logged in: the page that asked.
     next: String,
     /// Why the form is shown again.
-    problem: Option<&'static str>,
+    problem: Option<String>,
 }
 
-/// The reader of a request, taken by every page as an argument; with tokens
-/// configured and none (or an unknown one) in its cookie, the page is not run
-/// and the answer is the form (401), to come back to the page asked for.
+/// The reader of a request, taken by every page as an argument: with tokens
+/// configured, the client of the session its cookie names; with no cookie, or
+/// one whose session has ended or never was, the page is not run and the answer
+/// is the form (401), to come back to the page asked for.
 impl FromRequestParts<Console> for Viewer {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, console: &Console) -> Result<Self, Response> {
-        let Some(tokens) = &console.inner.tokens else {
+        if console.tokens().is_none() {
             let client = Client::anonymous();
             let nav = Nav::of(&client, false);
             return Ok(Self { client, nav });
-        };
-        let known = cookie_token(&parts.headers).and_then(|token| tokens.client(&token).cloned());
+        }
+        let jar = CookieJar::from_headers(&parts.headers);
+        let known = jar
+            .get(COOKIE)
+            .and_then(|session| console.sessions().client(session.value()));
         if let Some(client) = known {
             let nav = Nav::of(&client, true);
             return Ok(Self { client, nav });
@@ -62,7 +71,7 @@ impl FromRequestParts<Console> for Viewer {
     }
 }
 
-fn form_page(status: StatusCode, next: &str, problem: Option<&'static str>) -> Response {
+fn form_page(status: StatusCode, next: &str, problem: Option<String>) -> Response {
     let page = LoginPage {
         nav: Nav::anonymous(),
         next: local_path(next).to_owned(),
@@ -71,62 +80,91 @@ fn form_page(status: StatusCode, next: &str, problem: Option<&'static str>) -> R
     html(status, &page)
 }
 
-/// `GET /login`: the form, to come back to `?next=`.
-pub(super) async fn form(uri: Uri) -> Response {
-    let next = query_value(uri.query(), "next").unwrap_or_else(|| "/".to_owned());
-    form_page(StatusCode::OK, &next, None)
+/// Where the form sends a browser once logged in: the page that asked.
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct Next {
+    next: Option<String>,
 }
 
-/// `POST /login` (form: `token`, `next`): a known token is kept in the cookie and
-/// the browser sent on to `next`; an unknown one gets the form again, 401.
+/// `GET /login`: the form, to come back to `?next=`.
+pub(super) async fn form(Params(Next { next }): Params<Next>) -> Response {
+    form_page(StatusCode::OK, next.as_deref().unwrap_or("/"), None)
+}
+
+/// The login form's fields.
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct LoginForm {
+    #[serde(default)]
+    token: String,
+    next: Option<String>,
+}
+
+/// `POST /login` (form: `token`, `next`): a known token opens a session, which
+/// the cookie names (ending the one it named before, if any), and the browser is
+/// sent on to `next`; an unknown one gets the form again, 401.
 pub(super) async fn login(
     State(console): State<Console>,
+    jar: CookieJar,
     headers: HeaderMap,
-    body: Bytes,
+    form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
     if let Err(refused) = same_origin(&headers) {
         return *refused;
     }
-    let field = |name: &str| {
-        form_urlencoded::parse(&body)
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.into_owned())
+    let Form(form) = match form {
+        Ok(form) => form,
+        Err(unread) => {
+            return form_page(StatusCode::BAD_REQUEST, "/", Some(unread.body_text()));
+        }
     };
-    let next = field("next").unwrap_or_else(|| "/".to_owned());
-    let next = local_path(&next).to_owned();
-    let Some(tokens) = &console.inner.tokens else {
+    let next = local_path(form.next.as_deref().unwrap_or("/")).to_owned();
+    let Some(tokens) = console.tokens() else {
         return Redirect::to(&next).into_response();
     };
-    let token = field("token").unwrap_or_default();
-    let token = token.trim();
-    if tokens.client(token).is_none() {
+    let Some(client) = tokens.client(form.token.trim()) else {
         return form_page(
             StatusCode::UNAUTHORIZED,
             &next,
-            Some("that token is not known"),
+            Some("that token is not known".to_owned()),
         );
+    };
+    let sessions = console.sessions();
+    if let Some(before) = jar.get(COOKIE) {
+        sessions.close(before.value());
     }
-    let cookie = format!(
-        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
-        URL_SAFE_NO_PAD.encode(token)
-    );
-    with_cookie(Redirect::to(&next).into_response(), &cookie)
+    let id = match sessions.open(client) {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::error!(error = %e, "a console session could not be opened");
+            let problem = "no session could be opened; try again".to_owned();
+            return form_page(StatusCode::SERVICE_UNAVAILABLE, &next, Some(problem));
+        }
+    };
+    let cookie = Cookie::build((COOKIE, id))
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .secure(console.secure_cookie());
+    (jar.add(cookie), Redirect::to(&next)).into_response()
 }
 
-/// `POST /logout`: the cookie is cleared.
-pub(super) async fn logout(headers: HeaderMap) -> Response {
+/// `POST /logout`: the session ends and the cookie is cleared.
+pub(super) async fn logout(
+    State(console): State<Console>,
+    jar: CookieJar,
+    headers: HeaderMap,
+) -> Response {
     if let Err(refused) = same_origin(&headers) {
         return *refused;
     }
-    let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
-    with_cookie(Redirect::to("/").into_response(), &cookie)
-}
-
-fn with_cookie(mut response: Response, cookie: &str) -> Response {
-    if let Ok(value) = HeaderValue::from_str(cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
+    if let Some(session) = jar.get(COOKIE) {
+        console.sessions().close(session.value());
     }
-    response
+    (
+        jar.remove(Cookie::build(COOKIE).path("/")),
+        Redirect::to("/"),
+    )
+        .into_response()
 }
 
 /// Refuses a post sent by another site's page: its `Origin` names another host
@@ -150,64 +188,50 @@ fn same_origin(headers: &HeaderMap) -> Result<(), Box<Response>> {
     }
 }
 
-/// The token in the request's cookie, if any.
-fn cookie_token(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .and_then(|(_, value)| URL_SAFE_NO_PAD.decode(value).ok())
-        .and_then(|bytes| String::from_utf8(bytes).ok())
-}
-
 /// `next` if it is a path of this console, else `/`: the form never sends a
-/// browser to another site.
+/// browser to another site (SPEC 6). A path is visible ASCII, 0x21 to 0x7E
+/// (browsers drop a tab or a newline from an address, so `/<TAB>/evil.example`
+/// is read as `//evil.example`; and a control character cannot be a header),
+/// starting with a single `/` (`//host` and `/\host`, a `\` read as `/`, name
+/// another site).
 fn local_path(next: &str) -> &str {
-    let local = next.starts_with('/') && !next.starts_with("//") && !next.contains('\\');
+    let visible = next.bytes().all(|b| (0x21..=0x7e).contains(&b));
+    let local =
+        visible && next.starts_with('/') && !next.starts_with("//") && !next.starts_with("/\\");
     if local { next } else { "/" }
-}
-
-/// The first value of `name` in a form-urlencoded query.
-pub(super) fn query_value(query: Option<&str>, name: &str) -> Option<String> {
-    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.into_owned())
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::http::HeaderValue;
+
     use super::*;
 
     #[test]
     fn the_form_sends_a_browser_only_to_a_page_of_its_own() {
-        assert_eq!(
-            local_path("/accounts/1?page_token=x"),
-            "/accounts/1?page_token=x"
-        );
+        for own in [
+            "/accounts/1?page_token=x",
+            "/",
+            "/%09/evil.example/",
+            "/a\\b",
+        ] {
+            assert_eq!(local_path(own), own);
+        }
         for elsewhere in [
             "https://evil.example/",
             "//evil.example/",
             "/\\evil",
+            "/\t/evil.example/",
+            "/\n/evil.example/",
+            "/\x01x",
+            "/ /evil.example/",
+            "/caf\u{e9}",
+            "/\x7f",
             "",
             "x",
         ] {
             assert_eq!(local_path(elsewhere), "/", "{elsewhere}");
         }
-    }
-
-    #[test]
-    fn the_token_is_read_back_from_its_cookie() {
-        let mut headers = HeaderMap::new();
-        let value = format!(
-            "theme=dark; {COOKIE}={}",
-            URL_SAFE_NO_PAD.encode("s3cret; x")
-        );
-        headers.insert(header::COOKIE, HeaderValue::from_str(&value).unwrap());
-        assert_eq!(cookie_token(&headers).as_deref(), Some("s3cret; x"));
-        assert_eq!(cookie_token(&HeaderMap::new()), None);
     }
 
     #[test]

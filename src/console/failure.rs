@@ -10,7 +10,7 @@ use axum::response::Response;
 use tonic::Code;
 use tonic_types::StatusExt as _;
 
-use super::{Nav, html};
+use super::frame::{Nav, html};
 use crate::error::Error;
 
 /// A page that says what went wrong.
@@ -88,6 +88,21 @@ pub(super) async fn unrouted(method: Method, uri: Uri) -> Response {
         return html(StatusCode::NOT_FOUND, &page);
     }
     method_not_allowed(method, uri).await
+}
+
+/// A request sent to a name that is not the console's (`host`): 421, and
+/// nothing is read.
+pub(super) fn misdirected() -> Response {
+    let page = FailurePage {
+        nav: Nav::anonymous(),
+        status: 421,
+        title: "Misdirected Request",
+        message: "this console answers only to its own names: localhost, its address, \
+                  and those given with --console-host"
+            .to_owned(),
+        reason: String::new(),
+    };
+    html(StatusCode::MISDIRECTED_REQUEST, &page)
 }
 
 /// Any method but GET and HEAD (and the login and logout posts): 405, and

@@ -12,179 +12,58 @@
 //!
 //! Read-only by construction: the console holds a `Reader`, whose database handle
 //! (`db::Reads`) has no way to the keyed path, and its router has GET (and so
-//! HEAD) routes only, besides `POST /login` and `POST /logout`, which set and
-//! clear a cookie. Any other method on any address is answered 405, and an
-//! address that names nothing 404, each with a page.
+//! HEAD) routes only, besides `POST /login` and `POST /logout`, which open and
+//! end a session (in memory) and set and clear its cookie. Any other method on
+//! any address is answered 405, and an address that names nothing 404, each with
+//! a page; a request sent to a name not the console's, 421.
 //!
-//! - `auth`: with tokens configured, the token form, the cookie that keeps the
-//!   token, and the client it names.
+//! - `state`: the [`Console`] every page shares: the reads, the health state,
+//!   the tokens, the sessions, the names it answers to.
+//! - `router`: the addresses, each to its page, and the headers every answer
+//!   carries; [`serve`].
+//! - `frame`: what frames every page: the navigation bar and the rendering.
+//! - `auth`: with tokens configured, the token form, the login and logout, and
+//!   the client a request's session cookie names.
+//! - `session`: the sessions, kept in memory, each a random id carrying a
+//!   client with the console's grants alone.
+//! - `settings`: where it listens and the names it answers to, made from the
+//!   flags by `config`.
 //! - `failure`: errors as HTTP answers, by their gRPC status (SPEC 6's mapping).
-//! - `view`: values as people read them: times in UTC, amounts with their
-//!   currency, every id a link.
+//! - `host`: the names the console answers to; a request to any other is 421,
+//!   so a DNS-rebound page reads nothing.
+//! - `view`: values as people read them: times in UTC, amounts in their
+//!   currency's units (with the API's minor units for machines), every id a
+//!   link, a key only on the reader's own rows.
+//! - `chart`: an account's balance as a line, drawn by the server as SVG.
+//! - `stored`: a key's stored outcome as people read it: a reply decoded by its
+//!   method and shown as the pages show what it holds; a decline's status.
+//! - `query`: a page's query string read into a struct (axum's `Query`), the
+//!   blank fields of a search form dropped from its address, and the ids and
+//!   pairs a page reads from its address.
 //! - `pages`: one module per page.
 //! - `assets`: the stylesheet and the tail's script, compiled into the binary.
+//!
+//! This module only declares them and names what the service uses: each takes
+//! what it needs from its siblings, none from a parent, and no two import each
+//! other, through any path.
 
 mod assets;
 mod auth;
+mod chart;
 mod failure;
+mod frame;
+mod host;
 mod pages;
+mod query;
+mod router;
+mod session;
+mod settings;
+mod state;
+mod stored;
 mod view;
 
-use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
-
-use askama::Template;
-use axum::Router;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{Html, IntoResponse as _, Response};
-use axum::routing::{get, post};
-use tokio::net::TcpListener;
-use tonic_health::server::HealthService;
-
-use crate::call::Call;
-use crate::grpc::Reader;
-use crate::grpc::auth::{Client, Tokens};
-
-/// How long a page's reads may take before it is answered 504: a person waits
-/// for a page about as long as a client waits for a read.
-const PAGE_DEADLINE: Duration = Duration::from_secs(10);
-
-/// What every page needs: the reads, the health state, and the tokens.
-#[derive(Clone)]
-pub struct Console {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    reader: Reader,
-    /// The gRPC health service's state, which `/health` shows.
-    health: HealthService,
-    /// The clients' tokens; `None`: no authentication, every reader anonymous.
-    tokens: Option<Tokens>,
-}
-
-impl std::fmt::Debug for Console {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Console")
-            .field("authenticated", &self.inner.tokens.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Console {
-    pub fn new(reader: Reader, health: HealthService, tokens: Option<Tokens>) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                reader,
-                health,
-                tokens,
-            }),
-        }
-    }
-
-    fn reader(&self) -> &Reader {
-        &self.inner.reader
-    }
-
-    /// A page's call: its deadline starts now.
-    fn call() -> Call {
-        Call::new(Some(tokio::time::Instant::now() + PAGE_DEADLINE))
-    }
-
-    /// The router: the pages' addresses (SPEC 6), GET only but for the login and
-    /// logout posts, and pages for everything else.
-    pub fn router(self) -> Router {
-        Router::new()
-            .route("/", get(pages::home::page))
-            .route("/find", get(pages::home::find))
-            .route("/accounts", get(pages::accounts::page))
-            .route("/accounts/{account_id}", get(pages::account::page))
-            .route("/accounts/{account_id}/balance", get(pages::balance::page))
-            .route("/entries", get(pages::search::page))
-            .route("/entries/{entry_id}", get(pages::entry::page))
-            .route("/holds/{hold_id}", get(pages::hold::page))
-            .route("/keys", get(pages::key::page))
-            .route("/tail", get(pages::tail::page))
-            .route("/tail/events", get(pages::tail::events))
-            .route("/health", get(pages::health::page))
-            .route("/login", get(auth::form).post(auth::login))
-            .route("/logout", post(auth::logout))
-            .route("/assets/console.css", get(assets::stylesheet))
-            .route("/assets/tail.js", get(assets::script))
-            .fallback(failure::unrouted)
-            .method_not_allowed_fallback(failure::method_not_allowed)
-            .layer(axum::middleware::map_response(guarded))
-            .with_state(self)
-    }
-}
-
-/// Serves `router` on `listener` until `shutdown` completes, then lets the
-/// requests in flight finish (a tail's stream ends when its watcher does).
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-}
-
-/// Headers on every answer: the pages load nothing but their own assets, are
-/// framed by nothing, and say nothing of themselves to other sites (a referrer
-/// only to the console itself: with none at all, a browser sends its form posts
-/// with `Origin: null`, which the login refuses).
-async fn guarded(mut response: Response) -> Response {
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
-    response
-}
-
-/// Who is reading, for the navigation bar: their client id with authentication
-/// on, nothing without.
-#[derive(Debug, Clone)]
-struct Nav {
-    /// The client's id; `None` without authentication.
-    who: Option<String>,
-}
-
-impl Nav {
-    fn of(client: &Client, authenticated: bool) -> Self {
-        Self {
-            who: authenticated.then(|| client.namespace.as_str().to_owned()),
-        }
-    }
-
-    /// The navigation of a page shown to nobody in particular (health, errors
-    /// before a token was read).
-    fn anonymous() -> Self {
-        Self { who: None }
-    }
-}
-
-/// A rendered page with its status; a template that fails to render (a bug) is
-/// a 500 with a line of text.
-fn html<T: Template>(status: StatusCode, page: &T) -> Response {
-    match page.render() {
-        Ok(body) => (status, Html(body)).into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "a console page did not render");
-            (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
-        }
-    }
-}
+pub use self::host::HostName;
+pub use self::router::serve;
+pub use self::session::Clock;
+pub use self::settings::ConsoleSettings;
+pub use self::state::Console;

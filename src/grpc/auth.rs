@@ -51,6 +51,20 @@ impl Client {
     pub fn may_call(&self, method: &str) -> bool {
         self.grants.as_ref().is_none_or(|g| g.contains(method))
     }
+
+    /// The same client granted only those of `methods` it may call.
+    #[must_use]
+    pub fn only(&self, methods: &[&str]) -> Self {
+        let grants = methods
+            .iter()
+            .filter(|m| self.may_call(m))
+            .map(|m| (*m).to_owned())
+            .collect();
+        Self {
+            namespace: self.namespace.clone(),
+            grants: Some(Arc::new(grants)),
+        }
+    }
 }
 
 /// The configured clients, by the SHA-256 of their token.
@@ -65,7 +79,7 @@ impl Tokens {
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {
-        let methods = super::method_names();
+        let methods = super::contract::method_names();
         let mut by_hash = HashMap::new();
         let mut ids = std::collections::HashSet::new();
         for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
@@ -184,6 +198,11 @@ impl Interceptor for Authenticator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grpc::reads::ReadRpc;
+    use crate::ops::Method;
+
+    const GET_ACCOUNT: &str = ReadRpc::GetAccount.name();
+    const GET_ENTRY: &str = ReadRpc::GetEntry.name();
 
     const HELLO_SHA256: &str = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
 
@@ -194,7 +213,12 @@ mod tests {
             tokens.client("hello").map(|c| c.namespace.as_str()),
             Some("shop")
         );
-        assert!(tokens.client("hello").unwrap().may_call("Charge"));
+        assert!(
+            tokens
+                .client("hello")
+                .unwrap()
+                .may_call(Method::Charge.name())
+        );
         assert!(tokens.client("hello ").is_none());
         assert!(tokens.client("other").is_none());
     }
@@ -204,10 +228,32 @@ mod tests {
         let tokens =
             Tokens::parse(&format!("reports {HELLO_SHA256} GetAccount,ListEntries\n")).unwrap();
         let client = tokens.client("hello").unwrap();
-        assert!(client.may_call("GetAccount") && client.may_call("ListEntries"));
-        assert!(!client.may_call("Charge"));
+        assert!(client.may_call(GET_ACCOUNT) && client.may_call(ReadRpc::ListEntries.name()));
+        assert!(!client.may_call(Method::Charge.name()));
         assert!(Tokens::parse(&format!("r {HELLO_SHA256} GetAccount,Chrage")).is_err());
         assert!(Tokens::parse(&format!("r {HELLO_SHA256} ,")).is_err());
+    }
+
+    #[test]
+    fn a_client_can_be_narrowed_to_some_methods() {
+        let tokens =
+            Tokens::parse(&format!("reports {HELLO_SHA256} GetAccount,OpenAccount\n")).unwrap();
+        let narrowed = tokens
+            .client("hello")
+            .unwrap()
+            .only(&[GET_ACCOUNT, GET_ENTRY]);
+        assert!(narrowed.may_call(GET_ACCOUNT));
+        assert!(!narrowed.may_call(GET_ENTRY), "not granted before");
+        assert!(
+            !narrowed.may_call(Method::Charge.name()),
+            "not among the methods"
+        );
+        assert!(Client::anonymous().only(&[GET_ENTRY]).may_call(GET_ENTRY));
+        assert!(
+            !Client::anonymous()
+                .only(&[GET_ENTRY])
+                .may_call(Method::Charge.name())
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use tracing::Instrument as _;
 
 use super::deadline::{self, answer};
 use super::outcome;
-use super::reads::Reader;
+use super::reads::{self, Read, Reader};
 use super::status::report;
 use crate::call::Call;
 use crate::db::Persistence;
@@ -19,6 +19,9 @@ use crate::ops::{self, Operation, entry_message};
 use crate::proto::pb;
 use crate::proto::pb::ledger_server::Ledger;
 use crate::telemetry::metrics;
+
+/// The one streaming RPC, served apart from the registries.
+pub(super) const WATCH_ENTRIES: &str = "WatchEntries";
 
 #[derive(Debug, Clone)]
 pub struct LedgerService {
@@ -46,8 +49,18 @@ impl LedgerService {
         pb::ledger_server::LedgerServer::new(self)
     }
 
+    /// The keyed path.
+    pub(super) fn db(&self) -> &Persistence {
+        &self.db
+    }
+
+    /// The admission of every call.
+    pub(super) fn admission(&self) -> &super::Admission {
+        self.reader.admission()
+    }
+
     /// The caller, as the authenticator found it.
-    fn client<T>(request: &Request<T>) -> Result<Client, Error> {
+    pub(super) fn client<T>(request: &Request<T>) -> Result<Client, Error> {
         request
             .extensions()
             .get::<Client>()
@@ -110,31 +123,29 @@ impl LedgerService {
         work.instrument(span).await
     }
 
-    /// Runs and renders one read of `client`.
-    async fn read<Req, M, F>(
+    /// Runs and renders one call of read `R`.
+    async fn read<R: Read>(
         &self,
-        name: &'static str,
-        request: Request<Req>,
-        read: impl FnOnce(Req, Client, Call) -> F,
-    ) -> Result<Response<M>, Status>
-    where
-        F: Future<Output = Result<M, Error>>,
-    {
-        let span = rpc_span(name);
+        request: Request<R::Request>,
+    ) -> Result<Response<R::Reply>, Status> {
+        let span = rpc_span(R::NAME);
         let work = async {
             let started = Instant::now();
             let answer = async {
                 let client = Self::client(&request)?;
                 let call = deadline::call_for(&request);
                 let request = request.into_inner();
-                let who = client.clone();
-                self.reader
-                    .serve(&client, &[name], call, |call| read(request, who, call))
+                let reader = &self.reader;
+                let caller = &client;
+                reader
+                    .serve(&client, &[R::NAME], call, |call| async move {
+                        reader.read::<R>(request, caller, &call).await
+                    })
                     .await
             }
             .await;
             let rendered = answer.map(Response::new).map_err(|e| fail(&e));
-            finish(name, started, rendered.as_ref().map(drop), false);
+            finish(R::NAME, started, rendered.as_ref().map(drop), false);
             rendered
         };
         work.instrument(span).await
@@ -148,22 +159,21 @@ impl LedgerService {
         &self,
         request: Request<pb::WatchEntriesRequest>,
     ) -> Result<Response<EntryStream>, Status> {
-        const NAME: &str = "WatchEntries";
-        let span = rpc_span(NAME);
+        let span = rpc_span(WATCH_ENTRIES);
         let work = async {
             let started = Instant::now();
             let opened = async {
                 let client = Self::client(&request)?;
-                if !client.may_call(NAME) {
-                    return Err(Error::PermissionDenied(NAME));
+                if !client.may_call(WATCH_ENTRIES) {
+                    return Err(Error::PermissionDenied(WATCH_ENTRIES));
                 }
-                self.reader.watch_entries(request.get_ref()).await
+                self.reader.watch(request.get_ref()).await
             }
             .await;
             let rendered = opened
                 .map(|entries| Response::new(entry_stream(entries)))
                 .map_err(|e| fail(&e));
-            finish(NAME, started, rendered.as_ref().map(drop), false);
+            finish(WATCH_ENTRIES, started, rendered.as_ref().map(drop), false);
             rendered
         };
         work.instrument(span).await
@@ -180,7 +190,7 @@ fn entry_stream(entries: crate::db::Entries) -> EntryStream {
         let item = entries.recv().await?.map(|e| entry_message(&e));
         let item = item.map_err(|error| {
             tracing::info!(
-                method = "WatchEntries",
+                method = WATCH_ENTRIES,
                 error = error.label(),
                 "stream ended"
             );
@@ -190,7 +200,7 @@ fn entry_stream(entries: crate::db::Entries) -> EntryStream {
     }))
 }
 
-fn rpc_span(method: &'static str) -> tracing::Span {
+pub(super) fn rpc_span(method: &'static str) -> tracing::Span {
     tracing::info_span!(
         "rpc",
         method,
@@ -203,7 +213,12 @@ fn rpc_span(method: &'static str) -> tracing::Span {
 /// the closing event rather than the span: recording a field on a span makes a
 /// formatting subscriber format all of them again, on every call, and no event
 /// follows it.
-fn finish(method: &'static str, started: Instant, answer: Result<(), &Status>, replayed: bool) {
+pub(super) fn finish(
+    method: &'static str,
+    started: Instant,
+    answer: Result<(), &Status>,
+    replayed: bool,
+) {
     let code = answer.err().map_or(Code::Ok, Status::code);
     metrics::rpc(method, code, started.elapsed());
     tracing::debug!(outcome = ?code, replayed, "rpc done");
@@ -214,10 +229,11 @@ fn fail(error: &Error) -> Status {
     report(error)
 }
 
-/// The `Ledger` trait: a handler per keyed operation from the registry, then the
-/// reads.
+/// The `Ledger` trait: a handler per keyed operation from the operations'
+/// registry (`ops::operations!`), one per read from the reads' (`reads!`),
+/// Batch (`batch`: the operations' calls as items) and WatchEntries.
 macro_rules! ledger_service {
-    ($($code:literal => $op:ident $rpc:ident,)*) => {
+    ($($code:literal => $op:ident $rpc:ident,)* ; $($read:ident $read_rpc:ident,)*) => {
         #[tonic::async_trait]
         impl Ledger for LedgerService {
             $(
@@ -229,81 +245,20 @@ macro_rules! ledger_service {
                 }
             )*
 
-            async fn get_account(
-                &self,
-                request: Request<pb::GetAccountRequest>,
-            ) -> Result<Response<pb::Account>, Status> {
-                let reader = &self.reader;
-                self.read("GetAccount", request, |r, _, call| async move {
-                    reader.get_account(r, &call).await
-                })
-                .await
-            }
+            $(
+                async fn $read_rpc(
+                    &self,
+                    request: Request<<reads::$read as Read>::Request>,
+                ) -> Result<Response<<reads::$read as Read>::Reply>, Status> {
+                    self.read::<reads::$read>(request).await
+                }
+            )*
 
-            async fn get_entry(
+            async fn batch(
                 &self,
-                request: Request<pb::GetEntryRequest>,
-            ) -> Result<Response<pb::Entry>, Status> {
-                let reader = &self.reader;
-                self.read("GetEntry", request, |r, _, call| async move {
-                    reader.get_entry(r, &call).await
-                })
-                .await
-            }
-
-            async fn list_entries(
-                &self,
-                request: Request<pb::ListEntriesRequest>,
-            ) -> Result<Response<pb::ListEntriesReply>, Status> {
-                let reader = &self.reader;
-                self.read("ListEntries", request, |r, _, call| async move {
-                    reader.list_entries(r, &call).await
-                })
-                .await
-            }
-
-            async fn get_hold(
-                &self,
-                request: Request<pb::GetHoldRequest>,
-            ) -> Result<Response<pb::Hold>, Status> {
-                let reader = &self.reader;
-                self.read("GetHold", request, |r, _, call| async move {
-                    reader.get_hold(r, &call).await
-                })
-                .await
-            }
-
-            async fn search_entries(
-                &self,
-                request: Request<pb::SearchEntriesRequest>,
-            ) -> Result<Response<pb::SearchEntriesReply>, Status> {
-                let reader = &self.reader;
-                self.read("SearchEntries", request, |r, _, call| async move {
-                    reader.search_entries(r, &call).await
-                })
-                .await
-            }
-
-            async fn get_balance(
-                &self,
-                request: Request<pb::GetBalanceRequest>,
-            ) -> Result<Response<pb::Balance>, Status> {
-                let reader = &self.reader;
-                self.read("GetBalance", request, |r, _, call| async move {
-                    reader.get_balance(r, &call).await
-                })
-                .await
-            }
-
-            async fn list_accounts(
-                &self,
-                request: Request<pb::ListAccountsRequest>,
-            ) -> Result<Response<pb::ListAccountsReply>, Status> {
-                let reader = &self.reader;
-                self.read("ListAccounts", request, |r, _, call| async move {
-                    reader.list_accounts(r, &call).await
-                })
-                .await
+                request: Request<pb::BatchRequest>,
+            ) -> Result<Response<pb::BatchReply>, Status> {
+                self.serve_batch(request).await
             }
 
             type WatchEntriesStream = EntryStream;
@@ -314,30 +269,15 @@ macro_rules! ledger_service {
             ) -> Result<Response<EntryStream>, Status> {
                 self.watch(request).await
             }
-
-            async fn lookup_key(
-                &self,
-                request: Request<pb::LookupKeyRequest>,
-            ) -> Result<Response<pb::KeyRecord>, Status> {
-                let reader = &self.reader;
-                self.read("LookupKey", request, |r, client, call| async move {
-                    reader.lookup_key(r, &client, &call).await
-                })
-                .await
-            }
-
-            async fn list_holds(
-                &self,
-                request: Request<pb::ListHoldsRequest>,
-            ) -> Result<Response<pb::ListHoldsReply>, Status> {
-                let reader = &self.reader;
-                self.read("ListHolds", request, |r, _, call| async move {
-                    reader.list_holds(r, &call).await
-                })
-                .await
-            }
         }
     };
 }
 
-ops::operations!(ledger_service);
+/// The keyed operations' list, handed on with the reads' to `ledger_service!`.
+macro_rules! with_reads {
+    ($($keyed:tt)*) => {
+        reads::reads!(ledger_service { $($keyed)* });
+    };
+}
+
+ops::operations!(with_reads);

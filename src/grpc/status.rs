@@ -84,7 +84,7 @@ pub(super) fn from_decline(decline: &Decline) -> Status {
     Status::with_error_details(
         code,
         decline.message(),
-        info(decline.reason(), decline.metadata()),
+        info(decline.reason(), decline.metadata().iter().cloned()),
     )
 }
 
@@ -295,7 +295,7 @@ mod tests {
             },
             Error::Cancelled,
             Error::InvalidPageToken,
-            Error::PermissionDenied("Charge"),
+            Error::PermissionDenied(crate::ops::Method::Charge.name()),
             Error::EntryNotFound(1),
             Error::HoldNotFound(1),
             Error::KeyNotFound,

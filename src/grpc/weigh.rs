@@ -13,7 +13,6 @@
 //! and buffers.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -29,7 +28,9 @@ use tonic::server::NamedService;
 use tower::Service;
 
 use super::admission::{Admission, READ_BYTES};
+use super::batch::{BATCH, MAX_ITEMS};
 use super::deadline;
+use super::reads::ReadRpc;
 use super::status::report;
 use crate::call::Call;
 use crate::error::{Error, Recorded};
@@ -44,28 +45,37 @@ const CALL_BYTES: usize = 8 * 1024;
 /// some 220 bytes for each of the two entries of a leg that takes 12 to 16
 /// bytes on the wire (a post of 256 legs held about 110 KB in flight).
 const REQUEST_FACTOR: usize = 32;
+/// The least a batch's item takes on the wire (a call with a one-character key
+/// and two small numbers).
+const MIN_ITEM_BYTES: usize = 8;
 /// The length prefix of a gRPC message: a compression flag and four bytes of
 /// length.
 const PREFIX: usize = 5;
 
 /// What a call of `method` (the path's last segment) weighs besides its
-/// request, `reads` naming the read RPCs; `None` for a call that is not
-/// weighed: a WatchEntries stream, or a method the service does not have
-/// (tonic answers UNIMPLEMENTED at once).
-fn base_weight(reads: &[String], method: &str) -> Option<usize> {
-    if <Method as IntoEnumIterator>::iter().any(|m| m.name() == method) {
+/// request; `None` for a call that is not weighed: a WatchEntries stream, or a
+/// method the service does not have (tonic answers UNIMPLEMENTED at once).
+fn base_weight(method: &str) -> Option<usize> {
+    if method == BATCH || <Method as IntoEnumIterator>::iter().any(|m| m.name() == method) {
         Some(CALL_BYTES)
-    } else if reads.iter().any(|r| r == method) {
+    } else if <ReadRpc as IntoEnumIterator>::iter().any(|r| r.name() == method) {
         Some(READ_BYTES)
     } else {
         None
     }
 }
 
-/// The bytes a call of `base` weight with a request of `length` bytes is
-/// weighed at.
-fn weight(base: usize, length: usize) -> usize {
-    base.saturating_add(length.saturating_mul(REQUEST_FACTOR))
+/// The bytes a call of `method` and `base` weight with a request of `length`
+/// bytes is weighed at. A batch weighs as the calls its items are: as many as
+/// its length could hold, up to the most it may.
+fn weight(method: &str, base: usize, length: usize) -> usize {
+    let calls = if method == BATCH {
+        (length / MIN_ITEM_BYTES + 1).min(MAX_ITEMS)
+    } else {
+        1
+    };
+    base.saturating_mul(calls)
+        .saturating_add(length.saturating_mul(REQUEST_FACTOR))
 }
 
 /// Wraps the ledger's service: every call takes its place before its request
@@ -74,23 +84,15 @@ fn weight(base: usize, length: usize) -> usize {
 pub struct Weighed<S> {
     inner: S,
     admission: Admission,
-    /// The read RPCs (every method but the keyed ones and WatchEntries).
-    reads: Arc<[String]>,
     /// Larger requests are left to tonic to refuse, unread.
     max_message_bytes: usize,
 }
 
 impl<S> Weighed<S> {
     pub fn new(inner: S, admission: Admission, max_message_bytes: usize) -> Self {
-        let reads = super::method_names()
-            .into_iter()
-            .filter(|name| name != "WatchEntries")
-            .filter(|name| !<Method as IntoEnumIterator>::iter().any(|m| m.name() == name))
-            .collect();
         Self {
             inner,
             admission,
-            reads,
             max_message_bytes,
         }
     }
@@ -118,13 +120,12 @@ where
         let ready = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, ready);
         let admission = self.admission.clone();
-        let read_rpcs = self.reads.clone();
         let max = self.max_message_bytes;
         Box::pin(async move {
             // A clone of the URI shares its bytes.
             let uri = request.uri().clone();
             let method = uri.path().rsplit('/').next().unwrap_or_default();
-            let Some(base) = base_weight(&read_rpcs, method) else {
+            let Some(base) = base_weight(method) else {
                 return inner.call(request).await;
             };
             let arrived = Instant::now();
@@ -158,7 +159,7 @@ where
                 }
             };
             let weight = match length {
-                Some(length) if length <= max => weight(base, length),
+                Some(length) if length <= max => weight(method, base, length),
                 // Malformed or too large: tonic refuses it without reading on.
                 _ => base,
             };
@@ -228,48 +229,37 @@ impl http_body::Body for Holding {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use super::*;
 
     #[test]
     fn a_keyed_call_weighs_its_request_and_a_read_its_page() {
-        let reads = ["ListEntries".to_owned()];
-        let weight = |method, length| base_weight(&reads, method).map(|b| weight(b, length));
+        let weight = |method, length| base_weight(method).map(|b| weight(method, b, length));
         assert_eq!(
-            weight("Charge", 100),
+            weight(Method::Charge.name(), 100),
             Some(CALL_BYTES + 100 * REQUEST_FACTOR)
         );
         assert_eq!(
-            weight("Post", 10_000),
+            weight(Method::Post.name(), 10_000),
             Some(CALL_BYTES + 10_000 * REQUEST_FACTOR)
         );
-        assert_eq!(
-            weight("ListEntries", 40),
-            Some(READ_BYTES + 40 * REQUEST_FACTOR)
-        );
-        assert_eq!(weight("WatchEntries", 40), None);
-        assert_eq!(weight("NoSuchMethod", 40), None);
-        assert_eq!(weight("Post", usize::MAX), Some(usize::MAX));
-    }
-
-    #[test]
-    fn the_reads_are_every_method_but_the_keyed_ones_and_the_stream() {
-        let weighed = Weighed::new((), Admission::new(1, 1024, Duration::from_secs(1)), 1024);
-        for read in [
-            "GetAccount",
-            "ListEntries",
-            "SearchEntries",
-            "GetBalance",
-            "LookupKey",
-        ] {
-            assert!(weighed.reads.iter().any(|r| r == read), "{read}");
+        for read in <ReadRpc as IntoEnumIterator>::iter() {
+            assert_eq!(
+                weight(read.name(), 40),
+                Some(READ_BYTES + 40 * REQUEST_FACTOR)
+            );
         }
-        assert!(
-            !weighed
-                .reads
-                .iter()
-                .any(|r| r == "Charge" || r == "WatchEntries")
+        assert_eq!(weight(super::super::service::WATCH_ENTRIES, 40), None);
+        assert_eq!(weight("NoSuchMethod", 40), None);
+        assert_eq!(weight(Method::Post.name(), usize::MAX), Some(usize::MAX));
+        // A batch: as the calls its length could hold, up to 1,000.
+        assert_eq!(
+            weight(BATCH, 20),
+            Some(3 * CALL_BYTES + 20 * REQUEST_FACTOR)
+        );
+        assert_eq!(
+            weight(BATCH, 1 << 20),
+            Some(MAX_ITEMS * CALL_BYTES + (1 << 20) * REQUEST_FACTOR)
         );
     }
 

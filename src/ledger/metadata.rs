@@ -218,12 +218,12 @@ mod tests {
     #[test]
     fn the_fingerprint_is_of_the_set_and_nothing_without_pairs() {
         let print = |m: &Metadata| {
-            Fingerprint::new("Charge", |f| {
+            Fingerprint::new("Pay", |f| {
                 f.u64(1);
                 m.fingerprint(f);
             })
         };
-        let without = Fingerprint::new("Charge", |f| f.u64(1));
+        let without = Fingerprint::new("Pay", |f| f.u64(1));
         assert_eq!(print(&Metadata::default()), without);
         let ab = parse(&[("a", "1"), ("b", "2")]).unwrap();
         let ba = parse(&[("b", "2"), ("a", "1")]).unwrap();

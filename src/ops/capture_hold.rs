@@ -2,7 +2,9 @@
 //! entry, and releases the rest. A hold is captured or voided at most once, and
 //! never after it expires.
 
-use super::{Named, Operation, Violations, entry_message, hold_message};
+use super::messages::{entry_message, hold_message};
+use super::operation::{Named, Operation};
+use super::parse::Violations;
 use crate::ledger::book::{Book, Posting, RowCounts};
 use crate::ledger::decline::{Decline, Refusal};
 use crate::ledger::fingerprint::Fields;
@@ -82,12 +84,7 @@ impl Operation for CaptureHold {
     fn decide(&self, book: &mut Book) -> Result<Captured, Refusal> {
         let to_capture = book.held_hold(self.hold_id)?;
         if self.amount.get() > to_capture.amount.get() {
-            return Err(Decline::CaptureExceedsHold {
-                hold_id: self.hold_id,
-                held: to_capture.amount,
-                amount: self.amount,
-            }
-            .into());
+            return Err(exceeds_hold(self.hold_id, to_capture.amount, self.amount).into());
         }
         let account_id = to_capture.account_id;
         let hold = book.resolve_hold(self.hold_id, HoldState::Captured, self.amount.get())?;
@@ -103,7 +100,7 @@ impl Operation for CaptureHold {
                 self.description.clone(),
             )
         };
-        let entry = book.post(posting)?;
+        let entry = book.enter(posting)?;
         Ok(Captured { hold, entry })
     }
 
@@ -120,4 +117,17 @@ impl Operation for CaptureHold {
             ..Named::entries([reply.entry])
         })
     }
+}
+
+/// A capture of more than its hold holds.
+fn exceeds_hold(hold_id: HoldId, held: Amount, amount: Amount) -> Decline {
+    Decline::precondition(
+        "CAPTURE_EXCEEDS_HOLD",
+        format!("hold {hold_id} holds {held}, less than the {amount} to capture"),
+        vec![
+            ("hold_id", hold_id.to_string()),
+            ("held", held.to_string()),
+            ("amount", amount.to_string()),
+        ],
+    )
 }

@@ -1,7 +1,9 @@
 //! Charge: takes money from an account, never more than it has available (its
 //! balance less its active holds).
 
-use super::{AccountAmount, Named, Operation, entry_message};
+use super::account_amount::AccountAmount;
+use super::messages::entry_message;
+use super::operation::{Named, Operation};
 use crate::ledger::book::Book;
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
@@ -44,7 +46,7 @@ impl Operation for Charge {
     }
 
     fn decide(&self, book: &mut Book) -> Result<Entry, Refusal> {
-        self.0.post(book, EntryKind::Charge)
+        self.0.enter(book, EntryKind::Charge)
     }
 
     fn reply(entry: &Entry) -> pb::ChargeReply {
@@ -61,7 +63,7 @@ impl Operation for Charge {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::decline::Decline;
+    use crate::ops::testing::declined;
     use crate::ops::testing::{account, amount, book, description, id, key, usd};
     use crate::ledger::values::Currency;
 
@@ -84,34 +86,23 @@ mod tests {
     #[test]
     fn charges_down_to_exactly_zero_but_not_below() {
         assert!(matches!(decide(100, 0, 100, usd()), Ok(e) if e.balance_after == 0));
-        assert!(matches!(
-            decide(100, 0, 101, usd()),
-            Err(Refusal::Declined(Decline::InsufficientFunds {
-                balance: 100,
-                ..
-            }))
-        ));
+        let decline = declined(decide(100, 0, 101, usd()));
+        assert_eq!(decline.reason(), "INSUFFICIENT_FUNDS");
+        assert_eq!(decline.detail("balance"), Some("100"));
     }
 
     #[test]
     fn held_money_is_not_available() {
         assert!(decide(100, 70, 30, usd()).is_ok());
-        assert!(matches!(
-            decide(100, 70, 40, usd()),
-            Err(Refusal::Declined(Decline::InsufficientFunds {
-                held: 70,
-                ..
-            }))
-        ));
+        let decline = declined(decide(100, 70, 40, usd()));
+        assert_eq!(decline.reason(), "INSUFFICIENT_FUNDS");
+        assert_eq!(decline.detail("held"), Some("70"));
     }
 
     #[test]
     fn currency_must_match_before_anything_else() {
         let eur = Currency::parse("c", "EUR").unwrap();
-        assert!(matches!(
-            decide(0, 0, 5, eur),
-            Err(Refusal::Declined(Decline::CurrencyMismatch { .. }))
-        ));
+        assert_eq!(declined(decide(0, 0, 5, eur)).reason(), "CURRENCY_MISMATCH");
     }
 
     #[test]

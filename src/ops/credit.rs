@@ -1,6 +1,8 @@
 //! Credit: adds money to an account in its currency.
 
-use super::{AccountAmount, Named, Operation, entry_message};
+use super::account_amount::AccountAmount;
+use super::messages::entry_message;
+use super::operation::{Named, Operation};
 use crate::ledger::book::Book;
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
@@ -43,7 +45,7 @@ impl Operation for Credit {
     }
 
     fn decide(&self, book: &mut Book) -> Result<Entry, Refusal> {
-        self.0.post(book, EntryKind::Credit)
+        self.0.enter(book, EntryKind::Credit)
     }
 
     fn reply(entry: &Entry) -> pb::CreditReply {
@@ -60,7 +62,7 @@ impl Operation for Credit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::decline::Decline;
+    use crate::ops::testing::declined;
     use crate::ops::testing::{account, amount, book, description, id, key, usd};
 
     fn credit(n: i64) -> Credit {
@@ -82,9 +84,7 @@ mod tests {
         );
         book.finish_call(true);
         book.start_call(key("k2"));
-        assert!(matches!(
-            credit(1).decide(&mut book),
-            Err(Refusal::Declined(Decline::BalanceOverflow { .. }))
-        ));
+        let decline = declined(credit(1).decide(&mut book));
+        assert_eq!(decline.reason(), "BALANCE_OVERFLOW");
     }
 }

@@ -2,7 +2,9 @@
 //! limits (by default a floor at zero and no ceiling; SPEC 3.9), which it keeps
 //! as its opening limits until its first change.
 
-use super::{Named, Operation, Violations, account_message, lacks_a_field};
+use super::messages::account_message;
+use super::operation::{Named, Operation, lacks_a_field};
+use super::parse::Violations;
 use crate::ledger::book::{Book, RowCounts};
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;

@@ -1,7 +1,9 @@
 //! PlaceHold: reserves part of an account's available money until it is captured,
 //! voided, or its time runs out. `expires_at` is fixed by the database's clock.
 
-use super::{Named, Operation, Violations, hold_message};
+use super::messages::hold_message;
+use super::operation::{Named, Operation};
+use super::parse::Violations;
 use crate::ledger::book::{Book, NewHold, RowCounts};
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;

@@ -6,9 +6,11 @@
 //! its index (`leg`); the book undoes the legs before it.
 
 use super::transfer::{Moved, Transfer};
-use super::{Named, Operation, Violations, entry_message};
+use super::messages::entry_message;
+use super::operation::{Named, Operation};
+use super::parse::Violations;
 use crate::ledger::book::{Book, RowCounts};
-use crate::ledger::decline::{Decline, Refusal};
+use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
 use crate::ledger::model::{Effect, EntryKind};
 use crate::ledger::values::Description;
@@ -120,13 +122,7 @@ impl Operation for Post {
                 .map_err(|_| Refusal::Internal("a post with more legs than parsing allows".into()))?;
             let applied = leg
                 .apply(book, index, self.description_of(leg))
-                .map_err(|refusal| match refusal {
-                    Refusal::Declined(decline) => Refusal::Declined(Decline::InLeg {
-                        leg: index,
-                        decline: Box::new(decline),
-                    }),
-                    internal @ Refusal::Internal(_) => internal,
-                })?;
+                .map_err(|refusal| refusal.in_leg(index))?;
             moved.push(applied);
         }
         Ok(moved)
@@ -150,7 +146,7 @@ impl Operation for Post {
 
     fn named(reply: pb::PostReply) -> Result<Named, String> {
         if reply.entries.is_empty() {
-            return Err(super::lacks_a_field());
+            return Err(super::operation::lacks_a_field());
         }
         Ok(Named {
             entries: reply.entries,
@@ -162,7 +158,6 @@ impl Operation for Post {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::decline::Decline;
     use crate::ops::testing::{account, amount, book, description, id, key, usd};
 
     fn leg(from: u64, to: u64, n: i64) -> Transfer {
@@ -206,10 +201,11 @@ mod tests {
         let mut book = book(accounts, vec![], vec![]);
         book.start_call(key("p"));
         let refused = post(vec![leg(1, 2, 60), leg(1, 3, 60)]).decide(&mut book);
-        let Err(Refusal::Declined(Decline::InLeg { leg: 1, decline })) = refused else {
+        let Err(Refusal::Declined(decline)) = refused else {
             panic!("expected leg 1 declined, got {refused:?}");
         };
-        assert!(matches!(*decline, Decline::InsufficientFunds { .. }));
+        assert_eq!(decline.reason(), "INSUFFICIENT_FUNDS");
+        assert_eq!(decline.detail("leg"), Some("1"));
         book.finish_call(false);
         let changes = book.into_changes();
         assert!(changes.accounts.is_empty() && changes.new_entries.is_empty());

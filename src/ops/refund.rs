@@ -1,8 +1,10 @@
 //! Refund: returns money taken by a Charge or a Capture to the same account. The
 //! refunds of one entry never add up to more than its amount.
 
-use super::{Named, Operation, Violations, entry_message};
-use crate::ledger::book::{Book, Posting, RowCounts};
+use super::messages::entry_message;
+use super::operation::{Named, Operation};
+use super::parse::Violations;
+use crate::ledger::book::{Book, EntryRow, Posting, RowCounts};
 use crate::ledger::decline::{Decline, Refusal};
 use crate::ledger::fingerprint::Fields;
 use crate::ledger::model::{Effect, Entry, EntryKind};
@@ -71,20 +73,10 @@ impl Operation for Refund {
     fn decide(&self, book: &mut Book) -> Result<Entry, Refusal> {
         let refunded = book.entry(self.entry_id)?;
         if !refunded.kind.refundable() || refunded.reverses.is_some() {
-            return Err(Decline::NotRefundable {
-                entry_id: self.entry_id,
-                kind: refunded.kind,
-                reversal: refunded.reverses.is_some(),
-            }
-            .into());
+            return Err(not_refundable(refunded).into());
         }
         if self.amount.get() > refunded.refundable() {
-            return Err(Decline::RefundExceedsCharge {
-                entry_id: self.entry_id,
-                refundable: refunded.refundable(),
-                amount: self.amount,
-            }
-            .into());
+            return Err(exceeds_charge(refunded, self.amount).into());
         }
         let account_id = refunded.account_id;
         book.add_refunded(self.entry_id, self.amount)?;
@@ -97,7 +89,7 @@ impl Operation for Refund {
                 self.description.clone(),
             )
         };
-        book.post(posting)
+        book.enter(posting)
     }
 
     fn reply(entry: &Entry) -> pb::RefundReply {
@@ -111,10 +103,43 @@ impl Operation for Refund {
     }
 }
 
+/// A refund of an entry that is not a charge or a capture, or of a reversal's.
+fn not_refundable(entry: &EntryRow) -> Decline {
+    let message = if entry.reverses.is_some() {
+        format!("entry {} reverses another; a reversal is never refundable", entry.id)
+    } else {
+        format!(
+            "entry {} is a {:?} entry; only charges and captures are refundable",
+            entry.id, entry.kind
+        )
+    };
+    Decline::precondition(
+        "NOT_REFUNDABLE",
+        message,
+        vec![("entry_id", entry.id.to_string())],
+    )
+}
+
+/// A refund of more than is left to refund of its entry.
+fn exceeds_charge(entry: &EntryRow, amount: Amount) -> Decline {
+    let refundable = entry.refundable();
+    Decline::precondition(
+        "REFUND_EXCEEDS_CHARGE",
+        format!(
+            "entry {} has {refundable} left to refund, less than the {amount} requested",
+            entry.id
+        ),
+        vec![
+            ("entry_id", entry.id.to_string()),
+            ("refundable", refundable.to_string()),
+            ("amount", amount.to_string()),
+        ],
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::book::EntryRow;
     use crate::ops::testing::{account, amount, book, description, id, key, usd};
 
     fn charged(kind: EntryKind, n: i64, refunded: i64) -> EntryRow {
@@ -156,9 +181,10 @@ mod tests {
             book.start_call(key(&format!("r{n}")));
             let result = refund(n).decide(&mut book);
             assert_eq!(result.is_ok(), expected_ok, "{result:?}");
-            if let Err(Refusal::Declined(Decline::RefundExceedsCharge { refundable, .. })) = &result
-            {
-                assert!(*refundable < n);
+            if let Err(Refusal::Declined(decline)) = &result {
+                assert_eq!(decline.reason(), "REFUND_EXCEEDS_CHARGE");
+                let refundable: i64 = decline.detail("refundable").unwrap().parse().unwrap();
+                assert!(refundable < n);
             }
             book.finish_call(result.is_ok());
         }
@@ -175,12 +201,10 @@ mod tests {
             vec![],
         );
         book.start_call(key("r"));
-        assert!(matches!(
-            refund(1).decide(&mut book),
-            Err(Refusal::Declined(Decline::NotRefundable {
-                kind: EntryKind::Credit,
-                ..
-            }))
-        ));
+        let Err(Refusal::Declined(decline)) = refund(1).decide(&mut book) else {
+            panic!("a credit refunded");
+        };
+        assert_eq!(decline.reason(), "NOT_REFUNDABLE");
+        assert!(decline.message().contains("Credit"), "{}", decline.message());
     }
 }

@@ -6,12 +6,17 @@
 //! is a CHARGE. Each entry names the original entry on its account.
 //!
 //! At most once per operation: the executor locks the original's key row with
-//! the call's own (waiting out a call still in flight under it), and the book
+//! the call's own (waiting out a call still in flight under it, never deciding
+//! the reversal in the batch that decides the original: `db::exec::writer`),
+//! and the book
 //! says whether a reversal committed or was decided before this one; what makes
 //! it impossible for two to commit is the primary key of the `reversals` row the
 //! transaction writes (`db::tables::reversals`), on one server and on a cluster.
 
-use super::{Method, Named, Operation, Violations, entry_message};
+use super::messages::entry_message;
+use super::method::Method;
+use super::operation::{Named, Operation};
+use super::parse::Violations;
 use crate::ledger::book::{Book, Original, Posting, Record};
 use crate::ledger::decline::{Decline, Refusal};
 use crate::ledger::fingerprint::Fields;
@@ -102,7 +107,7 @@ impl Operation for Reverse {
         let original = book.original(&self.original_key)?.clone();
         let legs = legs(&original)?;
         if let Some(reversal_key) = original.reversed_by {
-            return Err(Decline::AlreadyReversed { reversal_key }.into());
+            return Err(already_reversed(&reversal_key).into());
         }
         let mut applied = Vec::with_capacity(2 * legs.len());
         for leg in legs.iter().rev() {
@@ -110,13 +115,7 @@ impl Operation for Reverse {
                 Leg::Credit(entry) | Leg::Transfer { out: entry, .. } => entry.leg,
             };
             self.mirror(book, leg, &mut applied)
-                .map_err(|refusal| match refusal {
-                    Refusal::Declined(decline) => Refusal::Declined(Decline::InLeg {
-                        leg: index,
-                        decline: Box::new(decline),
-                    }),
-                    internal @ Refusal::Internal(_) => internal,
-                })?;
+                .map_err(|refusal| refusal.in_leg(index))?;
         }
         book.reverse(&self.original_key)?;
         Ok(applied)
@@ -138,7 +137,7 @@ impl Operation for Reverse {
 
     fn named(reply: pb::ReverseReply) -> Result<Named, String> {
         if reply.entries.is_empty() {
-            return Err(super::lacks_a_field());
+            return Err(super::operation::lacks_a_field());
         }
         Ok(Named {
             entries: reply.entries,
@@ -176,7 +175,7 @@ impl Reverse {
         match leg {
             Leg::Credit(credit) => {
                 let charge = posting(credit, EntryKind::Charge)?;
-                applied.push(book.post(charge)?);
+                applied.push(book.enter(charge)?);
             }
             Leg::Transfer { out, into } => {
                 let debit = Posting {
@@ -187,20 +186,47 @@ impl Reverse {
                     counterparty: Some(into.account_id),
                     ..posting(out, EntryKind::TransferIn)?
                 };
-                applied.push(book.post(debit)?);
-                applied.push(book.post(credit)?);
+                applied.push(book.enter(debit)?);
+                applied.push(book.enter(credit)?);
             }
         }
         Ok(())
     }
 }
 
+/// A reversal of an operation another key has reversed.
+fn already_reversed(reversal_key: &IdempotencyKey) -> Decline {
+    Decline::precondition(
+        "ALREADY_REVERSED",
+        "the operation was already reversed, under reversal_key".into(),
+        vec![("reversal_key", reversal_key.as_str().to_owned())],
+    )
+}
+
+/// A reversal of `what`: not a Transfer, a Post or a Credit that took effect.
+fn not_reversible(what: &str) -> Decline {
+    Decline::precondition(
+        "NOT_REVERSIBLE",
+        format!("{what} cannot be reversed; only a Transfer, a Post or a Credit that took effect"),
+        Vec::new(),
+    )
+}
+
+/// A reversal of a key under which nothing had committed.
+fn key_not_found() -> Decline {
+    Decline::not_found(
+        "KEY_NOT_FOUND",
+        "nothing has taken effect under original_key".into(),
+        Vec::new(),
+    )
+}
+
 /// The original's legs, or why it cannot be reversed.
 fn legs(original: &Original) -> Result<Vec<Leg<'_>>, Refusal> {
-    let not_reversible = |what: &'static str| Refusal::from(Decline::NotReversible { what });
+    let not_reversible = |what: &'static str| Refusal::from(not_reversible(what));
     match original.record {
-        Record::Claimed | Record::Absent { effects: false } if original.entries.is_empty() => {
-            return Err(Decline::KeyNotFound.into());
+        Record::Absent { effects: false } if original.entries.is_empty() => {
+            return Err(key_not_found().into());
         }
         Record::Committed {
             succeeded: false, ..
@@ -218,7 +244,7 @@ fn legs(original: &Original) -> Result<Vec<Leg<'_>>, Refusal> {
             None => return Err(Refusal::Internal(format!("a key row of method {method}"))),
         },
         // Its key row purged: the entries it left say what it was.
-        Record::Absent { .. } | Record::Claimed => {}
+        Record::Absent { .. } => {}
     }
     let mut legs = Vec::new();
     let mut entries = original.entries.iter();

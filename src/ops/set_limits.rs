@@ -8,7 +8,9 @@
 //! wholly before or wholly after it; in a batch, the members decided after it
 //! see the new limits.
 
-use super::{Named, Operation, Violations, account_message, entry_message};
+use super::messages::{account_message, entry_message};
+use super::operation::{Named, Operation};
+use super::parse::Violations;
 use crate::ledger::book::{Book, RowCounts};
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
@@ -90,7 +92,7 @@ impl Operation for SetLimits {
 
     fn named(reply: pb::SetLimitsReply) -> Result<Named, String> {
         if reply.account.is_none() {
-            return Err(super::lacks_a_field());
+            return Err(super::operation::lacks_a_field());
         }
         Ok(Named::entries([reply.entry]))
     }
@@ -99,15 +101,16 @@ impl Operation for SetLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::decline::Decline;
+    use crate::ops::testing::declined;
     use crate::ops::testing::{account, amount, book, description, id, key, usd};
-    use crate::ops::{AccountAmount, Charge, Credit};
+    use crate::ops::account_amount::AccountAmount;
+    use crate::ops::{Charge, Credit};
 
     fn limits(floor: Option<i64>, ceiling: Option<i64>) -> Limits {
         Limits::new(floor, ceiling).unwrap()
     }
 
-    fn charge(n: i64) -> Charge {
+    fn debit(n: i64) -> Charge {
         Charge(AccountAmount {
             account_id: id(1),
             amount: amount(n),
@@ -143,17 +146,16 @@ mod tests {
             book.finish_call(decided.is_ok());
             decided
         };
-        assert!(decide("a", &charge(100)).is_ok(), "down to the floor at 0");
+        assert!(decide("a", &debit(100)).is_ok(), "down to the floor at 0");
         let lower = SetLimits {
             account_id: id(1),
             limits: limits(Some(-50), None),
         };
         assert!(decide("b", &lower).is_ok());
-        assert!(decide("c", &charge(50)).is_ok(), "down to the new floor");
-        assert!(matches!(
-            decide("d", &charge(1)),
-            Err(Refusal::Declined(Decline::InsufficientFunds { min_balance: -50, .. }))
-        ));
+        assert!(decide("c", &debit(50)).is_ok(), "down to the new floor");
+        let decline = declined(decide("d", &debit(1)));
+        assert_eq!(decline.reason(), "INSUFFICIENT_FUNDS");
+        assert_eq!(decline.detail("min_balance"), Some("-50"));
     }
 
     #[test]
@@ -174,13 +176,13 @@ mod tests {
             metadata: crate::ledger::Metadata::NONE,
         });
         book.start_call(key("n"));
-        assert!(matches!(
-            credit.decide(&mut book),
-            Err(Refusal::Declined(Decline::BalanceLimitExceeded { max_balance: 50, balance: 100, .. }))
-        ));
+        let decline = declined(credit.decide(&mut book));
+        assert_eq!(decline.reason(), "BALANCE_LIMIT_EXCEEDED");
+        assert_eq!(decline.detail("max_balance"), Some("50"));
+        assert_eq!(decline.detail("balance"), Some("100"));
         book.finish_call(false);
         book.start_call(key("o"));
-        assert_eq!(charge(30).decide(&mut book).unwrap().balance_after, 70);
+        assert_eq!(debit(30).decide(&mut book).unwrap().balance_after, 70);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! debit entry on the source and a credit entry on the destination, committed
 //! together. The sum of all balances does not change.
 
-use super::{Named, Operation, Violations, entry_message};
+use super::messages::entry_message;
+use super::operation::{Named, Operation};
+use super::parse::Violations;
 use crate::ledger::book::{Book, Posting, RowCounts};
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
@@ -75,8 +77,8 @@ impl Transfer {
             leg,
             ..Posting::new(account, kind, self.amount, description.clone())
         };
-        let debit = book.post(posting(self.from, EntryKind::TransferOut, self.to))?;
-        let credit = book.post(posting(self.to, EntryKind::TransferIn, self.from))?;
+        let debit = book.enter(posting(self.from, EntryKind::TransferOut, self.to))?;
+        let credit = book.enter(posting(self.to, EntryKind::TransferIn, self.from))?;
         Ok(Moved { debit, credit })
     }
 }
@@ -154,7 +156,7 @@ impl Operation for Transfer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::decline::Decline;
+    use crate::ops::testing::declined;
     use crate::ops::testing::{account, amount, book, description, id, key, usd};
 
     fn transfer(from: u64, to: u64, n: i64) -> Transfer {
@@ -194,10 +196,8 @@ mod tests {
             vec![],
         );
         book.start_call(key("t"));
-        assert!(matches!(
-            transfer(1, 2, 1).decide(&mut book),
-            Err(Refusal::Declined(Decline::BalanceOverflow { .. }))
-        ));
+        let decline = declined(transfer(1, 2, 1).decide(&mut book));
+        assert_eq!(decline.reason(), "BALANCE_OVERFLOW");
         book.finish_call(false);
         let changes = book.into_changes();
         assert!(changes.accounts.is_empty() && changes.new_entries.is_empty());
@@ -207,10 +207,9 @@ mod tests {
     fn the_missing_account_is_named() {
         let mut book = book(vec![account(2, 100, 0)], vec![], vec![]);
         book.start_call(key("t"));
-        assert!(matches!(
-            transfer(1, 2, 1).decide(&mut book),
-            Err(Refusal::Declined(Decline::AccountNotFound { account_id })) if account_id == id(1)
-        ));
+        let decline = declined(transfer(1, 2, 1).decide(&mut book));
+        assert_eq!(decline.reason(), "ACCOUNT_NOT_FOUND");
+        assert_eq!(decline.detail("account_id"), Some("1"));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! VoidHold: releases a held hold without taking anything.
 
-use super::{Named, Operation, Violations, hold_message};
+use super::messages::hold_message;
+use super::operation::{Named, Operation};
+use super::parse::Violations;
 use crate::ledger::book::Book;
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;

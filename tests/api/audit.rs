@@ -103,6 +103,10 @@ const STAMP_ORDER: &str = "each account's entries are stamped in the order of it
 const STAMPED: &str = "each account's time is at or after its last entry and its opening";
 const METADATA: &str =
     "metadata belongs to calls that took effect, and every pair is one the contract allows";
+const INDEXED: &str =
+    "every numbered entry the search index reaches is indexed by each pair of its call";
+const INDEX_ROWS: &str =
+    "every row of the search index is a numbered entry's and a pair of its call";
 
 /// The commit of the entries of key (and leg) `x`.
 fn commit_of(x: &str) -> String {
@@ -134,7 +138,7 @@ fn swap_places(x: &str, y: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_damage_is_named() {
-    let cases: [(&str, &[&str]); 17] = [
+    let cases: [(&str, &[&str]); 18] = [
         (
             "UPDATE entries SET created_at = created_at - INTERVAL 1 HOUR \
              WHERE idempotency_key = 'b'",
@@ -150,7 +154,13 @@ async fn every_kind_of_damage_is_named() {
         ),
         (
             "INSERT INTO metadata_pairs VALUES ('a key', 'v', x'', 'a')",
-            &[METADATA],
+            &[METADATA, INDEXED],
+        ),
+        (
+            "INSERT INTO search_entries SELECT 'k', 'v', c.first_sequence + e.commit_pos, \
+             e.account_id, e.entry_id FROM entries e \
+             JOIN stream_commits c ON c.commit_id = e.commit_id WHERE e.idempotency_key = 'a'",
+            &[INDEX_ROWS],
         ),
         (
             "UPDATE accounts SET entry_count = entry_count + 1",

@@ -149,7 +149,9 @@ async fn a_connection_past_the_limit_waits_until_one_closes() {
             .charge(charge("second", account, 1))
             .await
     });
-    // The only place is the first connection's.
+    // The only place is the first connection's. A window, not a condition: the
+    // connection waits unaccepted in the kernel's backlog, where nothing shows
+    // it will not be served until it is.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!waiting.is_finished());
     assert_eq!(db.key_rows("second").await, 0);

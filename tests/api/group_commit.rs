@@ -12,6 +12,7 @@ use ledger::db::MultiPrimary;
 use mysql_async::prelude::Queryable as _;
 use tonic::Code;
 
+use crate::support::server::until;
 use crate::support::{
     Config, Gate, HeldCharge, TestApp, TestDb, assert_audit_passes, charge, credit, leg,
     place_hold, post, raw_call, reason, replayed, transfer, with_deadline,
@@ -404,13 +405,26 @@ async fn a_hurried_member_does_not_shorten_the_batch_lock_wait() {
     app.until_queued(2).await;
     let mut outside = db.lock_account(account).await;
     holder.query_drop("ROLLBACK").await.unwrap();
-    while db.key_rows("busy").await == 0 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the busy charge commits", async || {
+        db.key_rows("busy").await > 0
+    })
+    .await;
     // The busy call has committed: the one transaction waiting is the batch's.
     db.until_waiting_on("accounts", 1).await;
-    let waiting = db.waiting_transaction().await;
-    assert!(waiting.is_some());
+    // The batch's transaction, the one waiting for the account (others of the
+    // database may wait on other rows behind it).
+    let mut waiting = Vec::new();
+    until(
+        "the batch's transaction waits for the account",
+        async || {
+            waiting = db.waiting_on_accounts().await;
+            !waiting.is_empty()
+        },
+    )
+    .await;
+    let [batch] = waiting[..] else {
+        panic!("one transaction waits for the account, the batch's: {waiting:?}");
+    };
 
     let hurried = hurried.await.unwrap().unwrap_err();
     // Answered at its deadline, not after the batch: DEADLINE_EXCEEDED from its
@@ -420,9 +434,14 @@ async fn a_hurried_member_does_not_shorten_the_batch_lock_wait() {
         "{hurried:?}"
     );
     // Past the second a lock wait lowered to the hurried member's would allow.
+    // A window, not a condition: that wait would end by InnoDB's own timer,
+    // which no test can move, and nothing shows it will not end until it does.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let still = db.waiting_transaction().await;
-    assert_eq!(still, waiting, "the batch's own transaction still waits");
+    let still = db.waiting_on_accounts().await;
+    assert!(
+        still.contains(&batch),
+        "the batch's own transaction {batch} still waits: {still:?}"
+    );
     outside.query_drop("ROLLBACK").await.unwrap();
 
     patient.await.unwrap().expect("served by its batch");
@@ -584,7 +603,9 @@ async fn a_stalled_writer_queues_no_more_calls_than_the_limit() {
             .await
             .unwrap_err();
         match status.code() {
-            Code::DeadlineExceeded => {}
+            // At its deadline: from its handler, or, on a loaded machine, the
+            // client's own timer first (CANCELLED).
+            Code::DeadlineExceeded | Code::Cancelled => {}
             Code::ResourceExhausted => refused += 1,
             other => panic!("{other:?}: {status:?}"),
         }
@@ -598,17 +619,10 @@ async fn a_stalled_writer_queues_no_more_calls_than_the_limit() {
     assert_eq!(refused, 40 - (limit - 1));
 
     holder.query_drop("ROLLBACK").await.unwrap();
-    let served = async {
-        loop {
-            if let Ok(reply) = client.charge(charge("after", account, 1)).await {
-                return reply;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), served)
-        .await
-        .expect("places come back once the stalled batch ends");
+    until("places come back once the stalled batch ends", async || {
+        client.charge(charge("after", account, 1)).await.is_ok()
+    })
+    .await;
     assert_eq!(
         db.count("SELECT COUNT(*) FROM idempotency_keys WHERE idempotency_key LIKE 'short-%'")
             .await,
@@ -675,7 +689,7 @@ async fn a_member_short_of_time_costs_the_others_nothing() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    app.until_waiting_for_connection(1).await;
     let patient = {
         let mut client = client.clone();
         tokio::spawn(async move { client.charge(charge("patient", account, 5)).await })
@@ -838,14 +852,10 @@ async fn the_next_block_of_ids_is_taken_before_a_transaction_needs_it() {
     let big = |key: &str| post(key, (0..256).map(|_| leg(from, to, 1)).collect());
     client.post(big("first")).await.expect("posted");
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while db.count(NEXT_ENTRY_ID).await < one_block + 1000 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no block of entry ids was taken ahead"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("a block of entry ids is taken ahead", async || {
+        db.count(NEXT_ENTRY_ID).await >= one_block + 1000
+    })
+    .await;
     let mut outside = db
         .hold("SELECT next_id FROM id_blocks WHERE name = 'entries' FOR UPDATE")
         .await;

@@ -111,8 +111,9 @@ async fn held_money_is_spoken_for_and_a_capture_takes_part_of_it() {
     assert_audit_passes(&db.url).await;
 }
 
-/// A 2 s hold: it reserves until `expires_at`; 0.3 s after, with nothing having
-/// touched it, it reserves nothing, reads as expired and cannot be captured.
+/// A 2 s hold: it reserves until `expires_at`; once the database's clock passes
+/// that, with nothing having touched it, it reserves nothing, reads as expired
+/// and cannot be captured.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_expires_at_the_instant_its_time_runs_out() {
     let db = TestDb::new();
@@ -127,13 +128,7 @@ async fn a_hold_expires_at_the_instant_its_time_runs_out() {
     let status = c.charge(charge("early", id, 100)).await.unwrap_err();
     assert_eq!(reason(&status), "INSUFFICIENT_FUNDS");
 
-    let expires_at =
-        chrono::DateTime::from_timestamp(expires.seconds, u32::try_from(expires.nanos).unwrap())
-            .unwrap();
-    let wait = (expires_at - chrono::Utc::now() + chrono::Duration::milliseconds(300))
-        .to_std()
-        .unwrap_or_default();
-    tokio::time::sleep(wait).await;
+    db.until_hold_expired(h.hold_id).await;
 
     let a = account(&mut c, id).await;
     assert_eq!((a.balance, a.held, a.available), (100, 0, 100));
@@ -422,7 +417,7 @@ async fn a_hold_lives_its_ttl_by_one_clock_whatever_the_session_time_zone() {
             pb::HoldState::Held
         );
     }
-    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    db.until_hold_expired(placed.hold_id).await;
     for (i, client) in [&mut through_shifted, &mut through_plain]
         .into_iter()
         .enumerate()
@@ -464,7 +459,7 @@ async fn expired_holds_are_released_by_the_next_call_on_their_account() {
     }
     let held = format!("SELECT COUNT(*) FROM holds WHERE account_id = {id} AND state = 1");
     assert_eq!(db.count(&held).await, 1_000);
-    tokio::time::sleep(TINY_TTL + Duration::from_millis(200)).await;
+    db.until_holds_expired_on(id).await;
 
     let mut client = app.client().await;
     client.charge(charge("after-expiry", id, 10)).await.unwrap();
@@ -505,7 +500,7 @@ async fn huge_holds_placed_one_after_another_expires_are_all_held() {
             .hold
             .unwrap();
         assert_eq!(placed.state(), pb::HoldState::Held);
-        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        db.until_hold_expired(placed.hold_id).await;
     }
     assert_audit_passes(&db.url).await;
 }

@@ -14,6 +14,7 @@ mod support;
 
 mod audit;
 mod balances;
+mod batch;
 mod bounded_waits;
 mod capacity;
 mod commit_check;
@@ -40,6 +41,7 @@ mod races;
 mod refunds;
 mod retention;
 mod reversals;
+mod search;
 mod sequence;
 mod stalls;
 mod stream;

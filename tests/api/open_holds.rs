@@ -164,7 +164,7 @@ async fn expired_and_resolved_holds_are_not_listed() {
         .unwrap();
 
     // The short hold expires by the database's clock; nothing resolves it.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    db.until_hold_expired(short.hold_id).await;
     let page = client
         .list_holds(list(account, 0, ""))
         .await

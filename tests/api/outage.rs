@@ -16,6 +16,7 @@ use tonic_types::StatusExt as _;
 
 use tonic_health::pb::health_check_response::ServingStatus;
 
+use crate::support::server::until;
 use crate::support::{
     Config, TestApp, TestDb, assert_each_key_charged_once, charge, private_server, replayed,
     run_ledger, until_health, with_deadline,
@@ -53,6 +54,21 @@ async fn retrying_charges(
         done.insert(key, amount);
     }
     done
+}
+
+/// The charges of the load committed so far.
+async fn load_charges(db: &TestDb) -> u64 {
+    db.count("SELECT COUNT(*) FROM entries WHERE idempotency_key LIKE 'load-%'")
+        .await
+}
+
+/// Polls until the load has committed 8 charges more than `from`: it is under
+/// way (again).
+async fn until_loaded(db: &TestDb, from: u64) {
+    until("the load commits charges", async || {
+        load_charges(db).await >= from + 8
+    })
+    .await;
 }
 
 /// Calls while the database is down fail with UNAVAILABLE, well before their deadline.
@@ -110,7 +126,7 @@ async fn a_database_restart_loses_and_duplicates_nothing() {
             ))
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_loaded(&db, 0).await;
 
     server.stop().await.unwrap();
     assert_unavailable_fast(&mut client, account).await;
@@ -140,7 +156,7 @@ async fn a_database_restart_loses_and_duplicates_nothing() {
         "the key from before the outage survived"
     );
 
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_loaded(&db, load_charges(&db).await).await;
     stop.store(true, Ordering::Relaxed);
     let mut charged: BTreeMap<String, i64> = BTreeMap::new();
     for worker in load {

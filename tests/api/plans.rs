@@ -46,7 +46,7 @@ async fn assert_indexed(db: &TestDb, when: &str) {
         key: IdempotencyKey::parse("k", "never-used".into()).unwrap(),
     });
     let or_missing = |ids: Vec<u64>| if ids.is_empty() { vec![1] } else { ids };
-    let reads = ledger::db::keyed_reads(
+    let reads = ledger::db::plans::keyed_reads(
         &or_missing(accounts),
         &or_missing(entries),
         &or_missing(holds),
@@ -261,7 +261,7 @@ async fn open_holds_and_a_capture_are_read_through_an_index() {
     conn.query_drop("ANALYZE TABLE holds, entries")
         .await
         .unwrap();
-    for (name, sql) in ledger::db::hold_reads(account, captured) {
+    for (name, sql) in ledger::db::plans::hold_reads(account, captured) {
         let plan: Vec<mysql_async::Row> = conn.query(format!("EXPLAIN {sql}")).await.unwrap();
         assert!(!plan.is_empty(), "{name}");
         for row in plan {
@@ -316,7 +316,7 @@ async fn metadata_reads_use_an_index() {
     until_sequenced(&db, std::time::Duration::from_secs(30)).await;
     let mut conn = tabular_plans(&db).await;
     conn.query_drop(
-        "ANALYZE TABLE metadata, metadata_pairs, entries, accounts, holds, stream_commits",
+        "ANALYZE TABLE metadata, metadata_pairs, search_entries, entries, accounts, holds, stream_commits",
     )
     .await
     .unwrap();
@@ -331,7 +331,7 @@ async fn metadata_reads_use_an_index() {
         .unwrap();
     assert_each_read_indexed(
         &mut conn,
-        ledger::db::metadata_reads(&pairs, account, &keys, &commits),
+        ledger::db::plans::metadata_reads(&pairs, account, &keys, &commits),
         &[],
     )
     .await;
@@ -357,7 +357,7 @@ async fn balance_reads_use_an_index() {
         .await
         .unwrap();
     // `s` is the search's own few rows: one per step.
-    assert_each_read_indexed(&mut conn, ledger::db::balance_reads(account), &["s"]).await;
+    assert_each_read_indexed(&mut conn, ledger::db::plans::balance_reads(account), &["s"]).await;
 }
 
 /// Reversals (SPEC 3.12): the originals' entries are read by key on
@@ -398,7 +398,12 @@ async fn reversal_reads_use_an_index() {
             key: IdempotencyKey::parse("k", k.into()).unwrap(),
         })
         .collect();
-    assert_each_read_indexed(&mut conn, ledger::db::reversal_reads(&originals), &[]).await;
+    assert_each_read_indexed(
+        &mut conn,
+        ledger::db::plans::reversal_reads(&originals),
+        &[],
+    )
+    .await;
 }
 
 /// Each of `reads` (a name and its statement, values written in) reaches every

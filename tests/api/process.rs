@@ -9,6 +9,7 @@ use mysql_async::prelude::Queryable as _;
 use nix::sys::signal::Signal;
 use tonic_health::pb::health_check_response::ServingStatus;
 
+use crate::support::server::until;
 use crate::support::{
     LedgerProcess, TestApp, TestDb, charge, free_port, is_mariadb, open_funded, private_server,
     run_ledger, scrape,
@@ -16,14 +17,10 @@ use crate::support::{
 
 /// Polls until nothing accepts connections on `addr`; fails after 30 s.
 async fn until_refused(addr: std::net::SocketAddr) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(addr).await.is_ok() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the listener never closed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the listener closes", async || {
+        tokio::net::TcpStream::connect(addr).await.is_err()
+    })
+    .await;
 }
 
 /// A bad setting stops the process at start with one line naming it.
@@ -259,20 +256,15 @@ async fn sigterm_drains_calls_in_flight() {
     // All eight are in flight: claimed in the database, or queued for the writer
     // whose batch waits for the account.
     db.until_waiting_on("accounts", 1).await;
-    let mut in_flight_now = 0;
-    for _ in 0..1500 {
+    until("every call is in flight before SIGTERM", async || {
         let queued = scrape(metrics)
             .await
             .get("ledger_batch_waiting_calls")
             .copied()
             .unwrap_or(0);
-        in_flight_now = db.claimed("flight-%").await + queued;
-        if in_flight_now >= 8 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(in_flight_now, 8, "every call is in flight before SIGTERM");
+        db.claimed("flight-%").await + queued >= 8
+    })
+    .await;
 
     let addr = server.addr;
     server.signal(Signal::SIGTERM);

@@ -33,17 +33,6 @@ async fn purging(db: &TestDb) -> TestApp {
     .await
 }
 
-/// Waits until the instance's purge has removed the key's row.
-async fn until_purged(db: &TestDb, key: &str) {
-    for _ in 0..600 {
-        if db.key_rows(key).await == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("key {key} was not purged within 30 s");
-}
-
 /// The status is IDEMPOTENCY_KEY_EXPIRED of `method`, first used at a real instant.
 fn assert_expired(status: &tonic::Status, method: &str) {
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
@@ -77,7 +66,7 @@ async fn a_purged_charge_is_refused_and_never_charged_again() {
     let mut c = app.client().await;
     let id = app.funded_account("USD", 100).await;
     c.charge(charge("ride-1", id, 30)).await.unwrap();
-    until_purged(&db, "ride-1").await;
+    db.until_purged("ride-1").await;
 
     let again = c.charge(charge("ride-1", id, 30)).await.unwrap_err();
     assert_expired(&again, "Charge");
@@ -102,7 +91,7 @@ async fn a_purged_transfer_is_refused_and_moves_nothing_again() {
         app.funded_account("USD", 0).await,
     );
     c.transfer(transfer("pay-1", from, to, 40)).await.unwrap();
-    until_purged(&db, "pay-1").await;
+    db.until_purged("pay-1").await;
 
     let again = c
         .transfer(transfer("pay-1", from, to, 40))
@@ -131,7 +120,7 @@ async fn a_purged_post_is_refused_and_moves_nothing_again() {
     );
     let sale = || post("sale-1", vec![leg(a, b, 40), leg(a, fee, 2)]);
     c.post(sale()).await.unwrap();
-    until_purged(&db, "sale-1").await;
+    db.until_purged("sale-1").await;
 
     let again = c.post(sale()).await.unwrap_err();
     assert_expired(&again, "Post");
@@ -176,7 +165,7 @@ async fn purged_hold_and_account_keys_are_refused() {
     };
     c.open_account(open.clone()).await.unwrap();
     for key in ["hold-1", "take-1", "free-2", "open-late"] {
-        until_purged(&db, key).await;
+        db.until_purged(key).await;
     }
     let accounts = db.count("SELECT COUNT(*) FROM accounts").await;
 
@@ -215,7 +204,7 @@ async fn a_purged_decline_runs_again() {
     assert_eq!(reason(&declined), "INSUFFICIENT_FUNDS");
     let replay = c.charge(charge("big", id, 150)).await.unwrap_err();
     assert!(replayed(replay.metadata()), "a stored decline, replayed");
-    until_purged(&db, "big").await;
+    db.until_purged("big").await;
     c.credit(credit("top-up", id, 100)).await.unwrap();
 
     let ran = c.charge(charge("big", id, 150)).await.unwrap();

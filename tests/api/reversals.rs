@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use ledger::proto::pb;
+use mysql_async::prelude::Queryable as _;
 use prost::Message as _;
 use tonic::Code;
 
@@ -440,13 +441,7 @@ async fn a_reversal_after_the_original_s_key_row_was_purged() {
         .await
         .unwrap();
     for key in ["old-pay", "old-ride", "old-big", "old-hold"] {
-        for _ in 0..600 {
-            if db.key_rows(key).await == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert_eq!(db.key_rows(key).await, 0, "{key} purged");
+        db.until_purged(key).await;
     }
     let reply = reversed(&mut client, reverse("undo-pay", "old-pay")).await;
     assert_eq!(reply.entries.len(), 2);
@@ -514,4 +509,90 @@ async fn what_cannot_be_reversed_is_declined_and_stored() {
     }
     assert_eq!(db.key_rows("self").await + db.key_rows("bad").await, 0);
     assert_audit_passes(&db.url).await;
+}
+
+/// A funded account whose calls go to the same group-commit writer as `account`'s.
+async fn in_writer_of(app: &TestApp, account: u64) -> u64 {
+    let writer = app.persistence.batch_writer(account);
+    for _ in 0..100 {
+        let other = app.funded_account("USD", 100).await;
+        if app.persistence.batch_writer(other) == writer {
+            return other;
+        }
+    }
+    panic!("no account of 100 went to writer {writer:?}");
+}
+
+/// A reversal sent right behind its original, both queued while their writer
+/// waits on a batch on another account, is never decided in the batch that
+/// decides its original, where it would find the original claimed by its own
+/// transaction and be stored as KEY_NOT_FOUND in the COMMIT that applies the
+/// original: it reverses it, with one writer and with four (where it is queued
+/// behind its original, in its writer, although it names no account). Sent the
+/// other way round, the reversal comes first and finds nothing committed, and
+/// the original is applied after it. Forced: the writer is held on a charge of
+/// an account whose row an outside transaction holds until both calls queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reversal_queued_behind_its_original_is_decided_after_it_commits() {
+    for writers in [1, 4] {
+        let db = TestDb::new();
+        let app = TestApp::spawn_with(
+            &db,
+            Config {
+                batch_writers: Some(writers),
+                batch_stall: Some(Duration::from_secs(2)),
+                ..Config::default()
+            },
+        )
+        .await;
+        let from = app.funded_account("USD", 100).await;
+        let to = app.funded_account("USD", 0).await;
+        let busy = in_writer_of(&app, from).await;
+
+        for (round, reversal_first) in [(0, false), (1, false), (2, true)] {
+            let (pay, undo) = (format!("pay-{round}"), format!("undo-{round}"));
+            let mut client = app.client().await;
+            let transferring = {
+                let (mut client, request) = (client.clone(), transfer(&pay, from, to, 30));
+                async move { client.transfer(request).await }
+            };
+            let reversing = {
+                let (mut client, request) = (client.clone(), reverse(&undo, &pay));
+                async move { client.reverse(request).await }
+            };
+            let mut holder = app
+                .busy_writer_under(&db, busy, &format!("busy-{round}"))
+                .await;
+            let (transferred, reversal) = if reversal_first {
+                let reversal = tokio::spawn(reversing);
+                app.until_queued(1).await;
+                let transferred = tokio::spawn(transferring);
+                app.until_queued(2).await;
+                (transferred, reversal)
+            } else {
+                let transferred = tokio::spawn(transferring);
+                app.until_queued(1).await;
+                let reversal = tokio::spawn(reversing);
+                app.until_queued(2).await;
+                (transferred, reversal)
+            };
+            holder.query_drop("ROLLBACK").await.unwrap();
+            transferred.await.unwrap().expect("transferred");
+            let reversal = reversal.await.unwrap();
+            let again = reverse(&format!("{undo}-again"), &pay);
+            if reversal_first {
+                let status = reversal.expect_err("nothing had committed under the key");
+                assert_eq!(reason(&status), "KEY_NOT_FOUND", "{writers} writer(s)");
+                assert_eq!(db.balance(to).await, 30, "{writers} writer(s)");
+                assert_eq!(reversed(&mut client, again).await.entries.len(), 2);
+            } else {
+                let undone = reversal.expect("reversed, not KEY_NOT_FOUND").into_inner();
+                assert_eq!(undone.entries.len(), 2, "{writers} writer(s)");
+                let status = declined(&mut client, again).await;
+                assert_eq!(reason(&status), "ALREADY_REVERSED", "{writers} writer(s)");
+            }
+            assert_eq!(balances(&mut client, &[from, to]).await, vec![100, 0]);
+        }
+        assert_audit_passes(&db.url).await;
+    }
 }

@@ -14,9 +14,10 @@ use mysql_async::prelude::Queryable as _;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::support::server::until;
 use crate::support::{
-    Config, TestApp, TestDb, capture, charge, credit, place_hold, refund, transfer, void,
-    with_deadline,
+    Config, TestApp, TestDb, capture, charge, credit, place_hold, reason, refund, reverse,
+    transfer, void, with_deadline,
 };
 
 type Client = ledger::proto::pb::ledger_client::LedgerClient<tonic::transport::Channel>;
@@ -112,19 +113,11 @@ async fn assert_answered_within(charges: Vec<Sent>, since: Instant) {
 /// Polls until `n` calls are held back by their writer or wait for an account's
 /// row lock; fails after 30 s.
 async fn until_held_or_waiting(app: &TestApp, db: &TestDb, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    until(&format!("{n} calls come to wait"), async || {
         let held = u64::try_from(app.persistence.waiting_calls()).unwrap();
-        let waiting = held + db.waiting_on("accounts").await;
-        if waiting >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "only {waiting} of {n} calls came to wait"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        held + db.waiting_on("accounts").await >= n
+    })
+    .await;
 }
 
 /// Funded accounts until one (the last, the highest id) has `n` accounts below
@@ -249,6 +242,52 @@ async fn a_burst_of_reversals_into_a_stalled_account_holds_up_no_other_account()
     assert_eq!(db.balance(stalled).await, 1_000 + 8 - 1 - 8);
 }
 
+/// Reversals of a transfer still in flight, stalled on its destination's row,
+/// sent in one burst with charges on eight other accounts: the original has no
+/// entries yet, so the reversals name no account of their own; they take on
+/// their original's accounts from its call queued here, are held back by
+/// them, and the charges are served at once. Forced as the refunds' burst is:
+/// a writer that knew no account of theirs would put the reversals in the
+/// charges' batch, which would wait on the original's key row until the
+/// lock wait. Once the row is free, one reversal reverses the transfer and the
+/// others are told ALREADY_REVERSED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_reversals_of_a_stalled_original_holds_up_no_other_account() {
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(&db, writers(1, Some(LONG_STALL))).await;
+    let from = app.funded_account("USD", 1_000).await;
+    let stalled = app.funded_account("USD", 0).await;
+    let stall = async || {
+        let holder = db.lock_account(stalled).await;
+        let mut client = app.client().await;
+        tokio::spawn(async move { client.transfer(transfer("pay", from, stalled, 10)).await });
+        db.until_waiting_on("accounts", 1).await;
+        holder
+    };
+    let reversals = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    burst_beside_other_accounts_stalled_by(&app, &db, stall, |client| {
+        (0..8)
+            .map(|i| {
+                let (mut client, reversals) = (client.clone(), reversals.clone());
+                tokio::spawn(async move {
+                    match client.reverse(reverse(&format!("undo-{i}"), "pay")).await {
+                        Ok(_) => {
+                            reversals.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            Ok(())
+                        }
+                        Err(status) if reason(&status) == "ALREADY_REVERSED" => Ok(()),
+                        Err(status) => Err(status),
+                    }
+                })
+            })
+            .collect()
+    })
+    .await;
+    assert_eq!(reversals.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(db.balance(stalled).await, 0);
+    assert_eq!(db.balance(from).await, 1_000);
+}
+
 /// Stalls a charge on `stalled`, keeps its writer busy on another held account
 /// while `burst` (eight calls that touch `stalled`) queues beside charges on
 /// eight other accounts, then lets the busy account go: the charges are answered
@@ -259,6 +298,23 @@ async fn burst_beside_other_accounts(
     stalled: u64,
     burst: impl FnOnce(&Client) -> Vec<JoinHandle<Result<(), tonic::Status>>>,
 ) {
+    burst_beside_other_accounts_stalled_by(
+        app,
+        db,
+        async || app.busy_writer_on(db, stalled).await,
+        burst,
+    )
+    .await;
+}
+
+/// [`burst_beside_other_accounts`], the account's batch stalled by `stall`,
+/// which returns the outside transaction holding its row.
+async fn burst_beside_other_accounts_stalled_by(
+    app: &TestApp,
+    db: &TestDb,
+    stall: impl AsyncFnOnce() -> mysql_async::Conn,
+    burst: impl FnOnce(&Client) -> Vec<JoinHandle<Result<(), tonic::Status>>>,
+) {
     let mut others = Vec::new();
     for _ in 0..8 {
         others.push(app.funded_account("USD", 100).await);
@@ -266,7 +322,7 @@ async fn burst_beside_other_accounts(
     let spare = app.funded_account("USD", 100).await;
     let busy = app.funded_account("USD", 100).await;
 
-    let mut holder = app.busy_writer_on(db, stalled).await;
+    let mut holder = stall().await;
     let mut busy_holder = stall_then_keep_busy(app, db, spare, busy).await;
     let client = app.client().await;
     let calls = burst(&client);
@@ -424,6 +480,9 @@ async fn a_lone_batch_past_its_bound_is_left_apart_when_a_call_comes() {
     let stalled = app.funded_account("USD", 100).await;
     let other = app.funded_account("USD", 100).await;
     let mut holder = app.busy_writer_on(&db, stalled).await;
+    // Time the writer measures on the runtime's real clock, which cannot be
+    // paused under real I/O: when the bound passes with no call behind the
+    // batch nothing happens, so there is nothing to wait for but the time.
     tokio::time::sleep(2 * ARMED_BOUND).await;
 
     let sent = Instant::now();
@@ -451,6 +510,8 @@ async fn the_stall_bound_counts_from_the_batch_not_from_the_call_that_arms_it() 
         "stalling the batch took {:?}",
         waiting - before
     );
+    // Halfway through the bound the writer measures from the batch's start:
+    // the instant is the test's point, not a condition to wait for.
     tokio::time::sleep_until(before + ARMED_BOUND / 2).await;
 
     let charge = charge_each(&client, &[other], "other").pop().unwrap();
@@ -481,66 +542,133 @@ async fn the_stall_bound_counts_from_the_batch_not_from_the_call_that_arms_it() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "a measurement: run it with --ignored --nocapture"]
 async fn latency_of_other_accounts_during_a_stall() {
-    const HOLD: Duration = Duration::from_secs(5);
     for n in [1, 4] {
-        let db = TestDb::new();
-        let app = TestApp::spawn_with(&db, writers(n, None)).await;
-        let mut sources = Vec::new();
-        for _ in 0..4 {
-            sources.push(app.funded_account("USD", 10_000).await);
-        }
-        let stalled = app.funded_account("USD", 10_000).await;
-        let entries = charges_of(&app, stalled, "paid", 170).await;
-        let mut others = Vec::new();
-        for _ in 0..8 {
-            others.push(app.funded_account("USD", 10_000).await);
-        }
-
-        let mut holder = db.lock_account(stalled).await;
-        let until = Instant::now() + HOLD;
-        let client = app.client().await;
-        let charging: Vec<_> = others
-            .iter()
-            .map(|&account| {
-                let mut client = client.clone();
-                tokio::spawn(async move {
-                    let mut waits = Vec::new();
-                    let mut i = 0;
-                    while Instant::now() < until {
-                        let sent = Instant::now();
-                        let key = format!("other-{account}-{i}");
-                        client
-                            .charge(charge(&key, account, 1))
-                            .await
-                            .expect("charged");
-                        waits.push(sent.elapsed());
-                        i += 1;
-                    }
-                    waits
-                })
-            })
-            .collect();
-        let touching = touch_until(&client, stalled, &entries, &sources, until);
-        tokio::time::sleep_until(until).await;
-        holder.query_drop("ROLLBACK").await.unwrap();
-
-        let mut waits: Vec<Duration> = Vec::new();
-        for charging in charging {
-            waits.extend(charging.await.unwrap());
-        }
-        for call in touching.await.unwrap() {
-            call.await.unwrap().expect("served once the row is free");
-        }
-        waits.sort_unstable();
-        let per_mille = |share: usize| waits[(waits.len() - 1) * share / 1000];
-        println!(
-            "{n} writer(s), {HOLD:?} stall: {} charges on 8 other accounts, p50 {:?}, p99 {:?}, max {:?}",
-            waits.len(),
-            per_mille(500),
-            per_mille(990),
-            per_mille(1000)
-        );
+        measure_other_accounts(n, Touch::RefundsAndTransfers).await;
     }
+}
+
+/// [`latency_of_other_accounts_during_a_stall`], with what touches the held
+/// account: a transfer into it, stalled on its row from the start, and every
+/// 30 ms a burst of eight reversals of that transfer, still in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a measurement: run it with --ignored --nocapture"]
+async fn latency_of_other_accounts_during_a_stall_with_reversals() {
+    for n in [1, 4] {
+        measure_other_accounts(n, Touch::ReversalsOfAStalledTransfer).await;
+    }
+}
+
+/// What touches the held account in the measurement.
+#[derive(Debug, Clone, Copy)]
+enum Touch {
+    RefundsAndTransfers,
+    /// A transfer into it, waiting on its row before the reversals come.
+    ReversalsOfAStalledTransfer,
+}
+
+async fn measure_other_accounts(n: usize, touch: Touch) {
+    const HOLD: Duration = Duration::from_secs(5);
+    let db = TestDb::new();
+    let app = TestApp::spawn_with(&db, writers(n, None)).await;
+    let mut sources = Vec::new();
+    for _ in 0..4 {
+        sources.push(app.funded_account("USD", 10_000).await);
+    }
+    let stalled = app.funded_account("USD", 10_000).await;
+    let entries = charges_of(&app, stalled, "paid", 170).await;
+    let mut others = Vec::new();
+    for _ in 0..8 {
+        others.push(app.funded_account("USD", 10_000).await);
+    }
+
+    let mut holder = db.lock_account(stalled).await;
+    let until = Instant::now() + HOLD;
+    let client = app.client().await;
+    let charging: Vec<_> = others
+        .iter()
+        .map(|&account| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let mut waits = Vec::new();
+                let mut i = 0;
+                while Instant::now() < until {
+                    let sent = Instant::now();
+                    let key = format!("other-{account}-{i}");
+                    client
+                        .charge(charge(&key, account, 1))
+                        .await
+                        .expect("charged");
+                    waits.push(sent.elapsed());
+                    i += 1;
+                }
+                waits
+            })
+        })
+        .collect();
+    // On a connection of its own: a connection carries at most
+    // --max-concurrent-streams calls, and the held calls would fill it.
+    let client = app.client().await;
+    let touching = match touch {
+        Touch::RefundsAndTransfers => touch_until(&client, stalled, &entries, &sources, until),
+        Touch::ReversalsOfAStalledTransfer => {
+            let mut paying = client.clone();
+            let pay = transfer("pay", sources[0], stalled, 1);
+            let paid = tokio::spawn(async move { paying.transfer(pay).await.map(drop) });
+            db.until_waiting_on("accounts", 1).await;
+            reverse_until(&client, paid, until)
+        }
+    };
+    // The measurement's length: the hold whose effect is measured.
+    tokio::time::sleep_until(until).await;
+    holder.query_drop("ROLLBACK").await.unwrap();
+
+    let mut waits: Vec<Duration> = Vec::new();
+    for charging in charging {
+        waits.extend(charging.await.unwrap());
+    }
+    for call in touching.await.unwrap() {
+        call.await.unwrap().expect("served once the row is free");
+    }
+    waits.sort_unstable();
+    let per_mille = |share: usize| waits[(waits.len() - 1) * share / 1000];
+    println!(
+        "{n} writer(s), {HOLD:?} stall, {touch:?}: {} charges on 8 other accounts, p50 {:?}, p99 {:?}, max {:?}",
+        waits.len(),
+        per_mille(500),
+        per_mille(990),
+        per_mille(1000)
+    );
+}
+
+/// The reversals of the measurement: every 30 ms eight reversals of the
+/// transfer under `pay`, `paid`, under keys of their own, until `until`. One
+/// reverses it; the others are ALREADY_REVERSED, which counts as served.
+fn reverse_until(
+    client: &Client,
+    paid: JoinHandle<Result<(), tonic::Status>>,
+    until: Instant,
+) -> JoinHandle<Vec<JoinHandle<Result<(), tonic::Status>>>> {
+    let client = client.clone();
+    tokio::spawn(async move {
+        let mut calls = vec![paid];
+        let mut n = 0;
+        while Instant::now() < until {
+            for _ in 0..8 {
+                let mut client = client.clone();
+                let key = format!("undo-{n}");
+                n += 1;
+                calls.push(tokio::spawn(async move {
+                    match client.reverse(reverse(&key, "pay")).await {
+                        Err(status) if reason(&status) != "ALREADY_REVERSED" => Err(status),
+                        _ => Ok(()),
+                    }
+                }));
+            }
+            // The measured load's pace.
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        calls
+    })
 }
 
 /// The calls that touch `stalled` in the measurement, until `until`; the task
@@ -570,6 +698,7 @@ fn touch_until(
         };
         while Instant::now() < half {
             refund_next(&mut calls);
+            // The measured load's pace.
             tokio::time::sleep(Duration::from_millis(30)).await;
         }
         let mut burst = 0;
@@ -588,6 +717,7 @@ fn touch_until(
                 }));
             }
             burst += 1;
+            // The measured load's pace.
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         calls

@@ -55,6 +55,13 @@ pub struct Config {
     pub stream_assigner: Option<bool>,
     /// Serve the console too, on a random loopback port.
     pub console: bool,
+    /// What the console's sessions are timed by: a test moves it on past their
+    /// idle and absolute ends.
+    pub console_clock: ledger::console::Clock,
+    /// Mark the console's session cookie `Secure` (`--console-secure-cookie`).
+    pub console_secure_cookie: bool,
+    /// Names the console answers to besides its own (`--console-host`).
+    pub console_hosts: Vec<ledger::console::HostName>,
 }
 
 impl Default for Config {
@@ -81,6 +88,9 @@ impl Default for Config {
             batch_stall: None,
             stream_assigner: None,
             console: false,
+            console_clock: ledger::console::Clock::default(),
+            console_secure_cookie: false,
+            console_hosts: Vec::new(),
         }
     }
 }
@@ -133,9 +143,11 @@ impl Config {
             settings.limits.batch_stall = stall;
         }
         if self.console {
-            settings.console = Some(ledger::config::ConsoleSettings {
-                addr: "127.0.0.1:0".parse().unwrap(),
-                next_free_port: false,
+            settings.console = Some(ledger::console::ConsoleSettings {
+                clock: self.console_clock.clone(),
+                secure_cookie: self.console_secure_cookie,
+                hosts: self.console_hosts.clone(),
+                ..ledger::console::ConsoleSettings::new("127.0.0.1:0".parse().unwrap())
             });
         }
         settings
@@ -209,6 +221,17 @@ impl TestApp {
         until_counted(n, "came to wait for room", || self.admission.waiting()).await;
     }
 
+    /// Polls until `n` checkouts wait for a connection of the keyed pool (of
+    /// the first node); fails after 30 s. The pool counts a checkout its caller
+    /// gave up on as waiting still, so the count holds until the first does.
+    pub async fn until_waiting_for_connection(&self, n: usize) {
+        until_counted(n, "came to wait for a connection", || {
+            let pool = self.persistence.keyed().first().pool().state();
+            usize::try_from(pool.statistics.pending_gets()).unwrap()
+        })
+        .await;
+    }
+
     /// Makes a one-writer instance's writer busy: a charge ("busy") on a fresh
     /// account that a connection to `db` holds locked, so the calls behind it queue
     /// and form the next batch. Rolling back (or dropping) the holder frees it.
@@ -224,9 +247,21 @@ impl TestApp {
     /// held back by their writer and form its next batch. Rolling back (or
     /// dropping) the holder frees it.
     pub async fn busy_writer_on(&self, db: &TestDb, account: u64) -> mysql_async::Conn {
+        self.busy_writer_under(db, account, "busy").await
+    }
+
+    /// [`TestApp::busy_writer_on`], the charge under `key` (a test that stalls
+    /// its writer more than once).
+    pub async fn busy_writer_under(
+        &self,
+        db: &TestDb,
+        account: u64,
+        key: &str,
+    ) -> mysql_async::Conn {
         let holder = db.lock_account(account).await;
         let mut client = self.client().await;
-        tokio::spawn(async move { client.charge(super::charge("busy", account, 1)).await });
+        let charge = super::charge(key, account, 1);
+        tokio::spawn(async move { client.charge(charge).await });
         db.until_waiting_on("accounts", 1).await;
         holder
     }

@@ -1,108 +1,167 @@
-//! A plain HTTP client for the console, over a TCP connection: HTTP/1.0, so each
-//! answer ends with its connection and none is chunked.
+//! The console as a browser's requests reach it: reqwest as the HTTP client (no
+//! redirect followed, so a test sees each 303 and its `Location`), scraper to
+//! read a page's marked elements (`data-field`, a row's `data-{attr}`), and
+//! eventsource-stream to read the tail's Server-Sent Events.
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
-use tokio::net::TcpStream;
+use eventsource_stream::{EventStream, Eventsource as _};
+use futures::StreamExt as _;
+use futures::stream::BoxStream;
+use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use reqwest::{Method, redirect};
+use scraper::{ElementRef, Html, Selector};
 
-/// An answer: its status, headers (names lower-case) and body.
+pub use eventsource_stream::Event;
+
+/// How long an answer may take: far past any page's 10-second deadline.
+const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+
+/// An answer: its status, headers and body.
 #[derive(Debug)]
 pub struct Answer {
     pub status: u16,
-    pub headers: Vec<(String, String)>,
+    headers: HeaderMap,
     pub body: String,
 }
 
 impl Answer {
     /// The first value of header `name`.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
-    /// The text of the element marked `data-field="name"` (the first one).
+    fn page(&self) -> Html {
+        Html::parse_document(&self.body)
+    }
+
+    /// The text of the first element marked `data-field="name"`.
     pub fn field(&self, name: &str) -> Option<String> {
-        let marker = format!("data-field=\"{name}\"");
-        let after = self.body.split_once(&marker)?.1;
-        let text = after.split_once('>')?.1.split_once('<')?.0;
-        Some(text.trim().to_owned())
+        self.page().select(&marked(name)).next().map(|e| text(&e))
+    }
+
+    /// The machine-readable value (`value="…"`, an amount's minor units) of the
+    /// first element marked `data-field="name"`; `None` if it has none (a limit
+    /// that is none).
+    pub fn value(&self, name: &str) -> Option<i64> {
+        let page = self.page();
+        let element = page.select(&marked(name)).next()?;
+        element.value().attr("value")?;
+        Some(number(&element, name))
     }
 
     /// Each table row marked `data-{attr}="id"`: its id, and the text of the
-    /// elements in it marked `data-field="name"` for each of `names`.
+    /// element in it marked `data-field="name"` for each of `names`.
     pub fn rows(&self, attr: &str, names: &[&str]) -> Vec<(u64, Vec<String>)> {
-        let marker = format!("<tr data-{attr}=\"");
-        self.body
-            .split(&marker)
-            .skip(1)
+        self.each_row(attr, names, |cell, _| text(cell))
+    }
+
+    /// Each table row marked `data-{attr}="id"`: its id, and the value of the
+    /// element in it marked `data-field="name"` for each of `names`.
+    pub fn values(&self, attr: &str, names: &[&str]) -> Vec<(u64, Vec<i64>)> {
+        self.each_row(attr, names, number)
+    }
+
+    fn each_row<T>(
+        &self,
+        attr: &str,
+        names: &[&str],
+        read: impl Fn(&ElementRef<'_>, &str) -> T,
+    ) -> Vec<(u64, Vec<T>)> {
+        let page = self.page();
+        let rows = selector(&format!("tr[data-{attr}]"));
+        page.select(&rows)
             .map(|row| {
-                let row = row.split_once("</tr>").map_or(row, |(r, _)| r);
-                let id = row.split_once('"').unwrap().0.parse().unwrap();
-                let fields = names
+                let id = row.value().attr(&format!("data-{attr}")).unwrap();
+                let cells = names
                     .iter()
                     .map(|name| {
-                        let marker = format!("data-field=\"{name}\"");
-                        let after = row.split_once(&marker).unwrap().1;
-                        after
-                            .split_once('>')
-                            .unwrap()
-                            .1
-                            .split_once('<')
-                            .unwrap()
-                            .0
-                            .trim()
-                            .to_owned()
+                        let cell = row.select(&marked(name)).next();
+                        read(
+                            &cell.unwrap_or_else(|| panic!("row {id} has no {name}")),
+                            name,
+                        )
                     })
                     .collect();
-                (id, fields)
+                (id.parse().unwrap(), cells)
             })
             .collect()
     }
 
-    /// The address the element with `id="{id}"` links to, unescaped.
+    /// The text of each element `css` selects.
+    pub fn texts(&self, css: &str) -> Vec<String> {
+        self.page()
+            .select(&selector(css))
+            .map(|e| text(&e))
+            .collect()
+    }
+
+    /// The elements `css` selects: the value of each one's attribute `name`.
+    pub fn attrs(&self, css: &str, name: &str) -> Vec<Option<String>> {
+        self.page()
+            .select(&selector(css))
+            .map(|e| e.value().attr(name).map(str::to_owned))
+            .collect()
+    }
+
+    /// The address the element with `id="{id}"` links to.
     pub fn link(&self, id: &str) -> Option<String> {
-        let marker = format!("id=\"{id}\"");
-        let (before, _) = self.body.split_once(&marker)?;
-        let href = before.rsplit_once("href=\"")?.1.split_once('"')?.0;
-        Some(href.replace("&#38;", "&").replace("&amp;", "&"))
+        let page = self.page();
+        let element = page.select(&selector(&format!("#{id}"))).next()?;
+        element.value().attr("href").map(str::to_owned)
     }
 }
 
-fn request_text(
+fn selector(css: &str) -> Selector {
+    Selector::parse(css).unwrap_or_else(|e| panic!("{css}: {e}"))
+}
+
+fn marked(name: &str) -> Selector {
+    selector(&format!("[data-field=\"{name}\"]"))
+}
+
+/// An element's text, its runs of white space made one space, as a person
+/// reads it.
+fn text(element: &ElementRef<'_>) -> String {
+    let text: String = element.text().collect();
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn number(element: &ElementRef<'_>, name: &str) -> i64 {
+    let value = element.value().attr("value");
+    let value = value.unwrap_or_else(|| panic!("{name} has no value: {}", element.html()));
+    value
+        .parse()
+        .unwrap_or_else(|e| panic!("{name}'s value {value:?}: {e}"))
+}
+
+/// A request to the console at `addr`: `headers` as given (a `Host` among them
+/// replaces the address's), and a form `body` if one is given.
+fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &str,
-) -> String {
-    let mut text = format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\n");
+) -> reqwest::RequestBuilder {
+    let client = reqwest::Client::builder()
+        .redirect(redirect::Policy::none())
+        .timeout(ANSWER_WITHIN)
+        .build()
+        .unwrap();
+    let method = Method::from_bytes(method.as_bytes()).unwrap();
+    let mut request = client.request(method, format!("http://{addr}{path}"));
     for (name, value) in headers {
-        let _ = write!(text, "{name}: {value}\r\n");
+        request = request.header(*name, *value);
     }
-    if !body.is_empty() {
-        text.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
+    if body.is_empty() {
+        request
+    } else {
+        request
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body.to_owned())
     }
-    let _ = write!(text, "Content-Length: {}\r\n\r\n{body}", body.len());
-    text
-}
-
-fn parse_head(head: &str) -> (u16, Vec<(String, String)>) {
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("a status line");
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    (status, headers)
 }
 
 /// Sends one request and reads its whole answer.
@@ -113,23 +172,14 @@ pub async fn send(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Answer {
-    let mut stream = TcpStream::connect(addr).await.expect("the console answers");
-    stream
-        .write_all(request_text(addr, method, path, headers, body).as_bytes())
+    let answer = request(addr, method, path, headers, body)
+        .send()
         .await
-        .unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
-        .await
-        .expect("an answer within 30 s")
-        .unwrap();
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP answer");
-    let (status, headers) = parse_head(head);
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
     Answer {
-        status,
-        headers,
-        body: body.to_owned(),
+        status: answer.status().as_u16(),
+        headers: answer.headers().clone(),
+        body: answer.text().await.unwrap(),
     }
 }
 
@@ -139,74 +189,30 @@ pub async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Answ
 
 /// A stream of Server-Sent Events, read event by event.
 pub struct Events {
-    reader: BufReader<TcpStream>,
     pub status: u16,
-}
-
-/// One event: its `id`, `event` name and `data`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    pub id: Option<String>,
-    pub name: Option<String>,
-    pub data: String,
+    events: EventStream<BoxStream<'static, reqwest::Result<bytes::Bytes>>>,
 }
 
 impl Events {
     pub async fn open(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Self {
-        let mut stream = TcpStream::connect(addr).await.expect("the console answers");
-        stream
-            .write_all(request_text(addr, "GET", path, headers, "").as_bytes())
+        let answer = request(addr, "GET", path, headers, "")
+            .timeout(Duration::from_secs(3600))
+            .send()
             .await
-            .unwrap();
-        let mut reader = BufReader::new(stream);
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).await.unwrap();
-            if line == "\r\n" || line.is_empty() {
-                break;
-            }
-            head.push_str(&line);
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        Self {
+            status: answer.status().as_u16(),
+            events: answer.bytes_stream().boxed().eventsource(),
         }
-        let (status, _) = parse_head(&head);
-        Self { reader, status }
     }
 
     /// The next event that carries data, within `within`; `None` if the stream
-    /// ended or none came.
+    /// ended or broke, or none came.
     pub async fn next(&mut self, within: Duration) -> Option<Event> {
-        tokio::time::timeout(within, self.read())
+        tokio::time::timeout(within, self.events.next())
             .await
             .ok()
-            .flatten()
-    }
-
-    async fn read(&mut self) -> Option<Event> {
-        let mut event = Event {
-            id: None,
-            name: None,
-            data: String::new(),
-        };
-        loop {
-            let mut line = String::new();
-            if self.reader.read_line(&mut line).await.ok()? == 0 {
-                return None;
-            }
-            let line = line.trim_end_matches(['\r', '\n']);
-            if line.is_empty() {
-                if event.data.is_empty() {
-                    event.id = None;
-                    event.name = None;
-                    continue;
-                }
-                return Some(event);
-            }
-            match line.split_once(':') {
-                Some(("id", v)) => event.id = Some(v.trim().to_owned()),
-                Some(("event", v)) => event.name = Some(v.trim().to_owned()),
-                Some(("data", v)) => event.data.push_str(v.trim_start()),
-                _ => {}
-            }
-        }
+            .flatten()?
+            .ok()
     }
 }

@@ -112,10 +112,14 @@ pub async fn storm(channels: &[Channel], run: Duration) -> (u64, StormCounts) {
                     }
                 }
                 n += 1;
+                // The storm's pace, not a wait.
                 tokio::time::sleep(MOVE_EVERY).await;
             }
         })
     };
+    // The storm's length, not a wait: what it must reach (moves of the floor,
+    // debits declined at it, debits into the credit line) is read from its
+    // answers and its journal once it ends.
     tokio::time::sleep(run).await;
     stop.store(true, Ordering::SeqCst);
     for caller in callers {

@@ -3,7 +3,8 @@
 //! - `server`: the database server, a fresh database per test, direct SQL;
 //! - `app`: service instances in the test process, on random ports;
 //! - `gate`: holding a transaction open before its COMMIT;
-//! - `http`: a plain HTTP client for the console, and its event streams;
+//! - `http`: the console through reqwest, its pages read by CSS selectors, its
+//!   event streams;
 //! - `wire`: request builders, raw replies, the replay marker;
 //! - `process`: the `ledger` binary as separate processes;
 //! - `proxy`: a TCP proxy that black-holes the database, cuts a connection or

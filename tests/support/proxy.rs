@@ -171,6 +171,7 @@ async fn relay(client: TcpStream, shared: Arc<Shared>) {
                 let cut = queries.iter().find_map(|query| take_cut(&shared, query));
                 if let Some(hold) = queries.iter().find_map(|query| take_hold(&shared, query)) {
                     hold.held.notify_one();
+                    // The fault itself: a statement that arrives this late.
                     tokio::time::sleep(hold.for_).await;
                 }
                 if server_write.write_all(chunk).await.is_err() {
@@ -179,6 +180,8 @@ async fn relay(client: TcpStream, shared: Arc<Shared>) {
                 if let Some(cut) = cut {
                     swallow.send_replace(true);
                     cut.forwarded.notify_one();
+                    // The fault itself: the cut's point in time, as the test
+                    // places it around a deadline.
                     tokio::time::sleep(cut.after).await;
                     return;
                 }

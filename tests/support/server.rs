@@ -1,6 +1,7 @@
 //! The database the tests run against: one private server per test run (or
-//! `LEDGER_TEST_DATABASE_URL`), a fresh database per test, and direct SQL for
-//! asserting on what was stored.
+//! `LEDGER_TEST_DATABASE_URL`), a fresh database per test, direct SQL for
+//! asserting on what was stored, and [`until`], how the suites wait for what
+//! they can observe.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -78,6 +79,24 @@ fn remove_stale_server_dirs() {
         if pid.parse::<u32>().is_ok() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
+    }
+}
+
+/// How often [`until`] looks, and how long it waits at most: long beside
+/// anything a test waits for on a loaded machine.
+const POLL: Duration = Duration::from_millis(20);
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Polls `met` until it holds; fails after 30 s, naming `what` never came. The
+/// suites wait for conditions, never for a time taken to be enough.
+pub async fn until(what: &str, mut met: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !met().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {PATIENCE:?}: {what}"
+        );
+        tokio::time::sleep(POLL).await;
     }
 }
 
@@ -225,6 +244,38 @@ impl TestDb {
             .unwrap_or(0)
     }
 
+    /// Polls until retention purged the key's row; fails after 30 s.
+    pub async fn until_purged(&self, key: &str) {
+        until(&format!("retention purges the row of {key}"), async || {
+            self.key_rows(key).await == 0
+        })
+        .await;
+    }
+
+    /// Polls until the hold's expiry has passed by the database's clock, the
+    /// one the service compares expiries with; fails after 30 s.
+    pub async fn until_hold_expired(&self, hold_id: u64) {
+        self.until_expired("hold_id", hold_id).await;
+    }
+
+    /// [`Self::until_hold_expired`] for every hold placed on the account.
+    pub async fn until_holds_expired_on(&self, account_id: u64) {
+        self.until_expired("account_id", account_id).await;
+    }
+
+    async fn until_expired(&self, column: &str, id: u64) {
+        let unexpired = format!(
+            "SELECT COUNT(*) FROM holds WHERE {column} = ? AND expires_at > UTC_TIMESTAMP(6)"
+        );
+        let mut conn = self.sql().await;
+        let what = format!("the holds of {column} {id} expire");
+        until(&what, async || {
+            let left: Option<u64> = conn.exec_first(&unexpired, (id,)).await.unwrap();
+            left == Some(0)
+        })
+        .await;
+    }
+
     /// The outcome bytes stored under a key.
     pub async fn stored_outcome(&self, key: &str) -> Vec<u8> {
         self.sql()
@@ -347,18 +398,20 @@ impl TestDb {
         .unwrap_or(0)
     }
 
-    /// The id of a transaction of this database waiting for a row lock, if any.
-    pub async fn waiting_transaction(&self) -> Option<u64> {
+    /// The ids of this database's transactions waiting for an account's row.
+    pub async fn waiting_on_accounts(&self) -> Vec<u64> {
         let mut conn = self.sql().await;
         let sql = if is_mariadb(&mut conn).await {
             "SELECT t.trx_id FROM information_schema.INNODB_TRX t \
              JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
-             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
+             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE() \
+             AND p.INFO LIKE '%FROM accounts WHERE account_id IN%FOR UPDATE%'"
         } else {
             "SELECT ENGINE_TRANSACTION_ID FROM performance_schema.data_locks \
-             WHERE OBJECT_SCHEMA = DATABASE() AND LOCK_STATUS = 'WAITING'"
+             WHERE OBJECT_SCHEMA = DATABASE() AND OBJECT_NAME = 'accounts' \
+             AND LOCK_STATUS = 'WAITING'"
         };
-        conn.query_first(sql).await.unwrap()
+        conn.query(sql).await.unwrap()
     }
 
     /// Polls until `n` statements wait for a row lock of `table`; fails after 30 s.

@@ -17,7 +17,7 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::error::{Decline, Error, replayed};
 use crate::retry::{Backoff, Verdict, no_response, verdict};
-use crate::rpc::{PreEncoded, Rpc, marker};
+use crate::rpc::{PreEncoded, Raw, ReplyCodec, Rpc, marker};
 
 /// A successful answer.
 #[derive(Debug, Clone)]
@@ -242,24 +242,65 @@ impl Client {
         &self,
         mut request: R::Request,
     ) -> Result<Answer<R::Reply>, Error> {
-        let deadline = Instant::now() + self.budget.timeout;
+        let started = Instant::now();
         let key = R::key(&mut request).map(|key| {
             if key.is_empty() {
                 *key = Self::new_key();
             }
             key.clone()
         });
-        // Encoded once: every attempt sends these bytes.
         let bytes = Bytes::from(request.encode_to_vec());
+        let path = PathAndQuery::from_static(R::PATH);
+        self.send::<PreEncoded<R::Reply>>(started, &path, key, bytes)
+            .await
+    }
+
+    /// Calls a unary RPC named at run time by its full gRPC method name
+    /// (`/ledger.v1.Ledger/` and the RPC's name, as [`METHODS`](crate::METHODS)
+    /// and a `KeyRecord` write it) with a request the caller encoded, and
+    /// returns its reply encoded: for a caller that builds messages from the
+    /// descriptor ([`pb::FILE_DESCRIPTOR_SET`]), as ledgerctl does. It is the
+    /// typed methods' call: the same bytes resent on every attempt, the same
+    /// retries, budget and failover, and for a keyed call the same settling of
+    /// an unknown outcome.
+    ///
+    /// `key` says whether the method is keyed: the idempotency key the request
+    /// carries, or `None` for a read. A keyed request must carry its key (make
+    /// one with [`Client::new_key`] before encoding it): the client cannot write
+    /// one into bytes it did not encode, and an empty key is refused here.
+    pub async fn call_encoded(
+        &self,
+        method: &str,
+        key: Option<String>,
+        request: Bytes,
+    ) -> Result<Answer<Bytes>, Error> {
+        let started = Instant::now();
+        let path = PathAndQuery::try_from(method)
+            .map_err(|e| Error::Config(format!("method {method:?}: {e}")))?;
+        if key.as_deref() == Some("") {
+            return Err(Error::Config(format!(
+                "a keyed call of {method} needs the idempotency key its request carries"
+            )));
+        }
+        self.send::<Raw>(started, &path, key, request).await
+    }
+
+    /// One call of `path` with `bytes` (encoded once: every attempt sends
+    /// them), its reply decoded by `C`; a keyed call's unknown outcome settled.
+    async fn send<C: ReplyCodec>(
+        &self,
+        started: Instant,
+        path: &PathAndQuery,
+        key: Option<String>,
+        bytes: Bytes,
+    ) -> Result<Answer<C::Decode>, Error> {
+        let deadline = started + self.budget.timeout;
         let reserve = if key.is_some() {
             self.budget.lookup_reserve.min(self.budget.timeout / 2)
         } else {
             Duration::ZERO
         };
-        let (ended, attempts) = match self
-            .attempts::<R::Reply>(R::PATH, &bytes, deadline - reserve)
-            .await
-        {
+        let (ended, attempts) = match self.attempts::<C>(path, &bytes, deadline - reserve).await {
             Ok((reply, metadata, attempts)) => {
                 return Ok(Answer {
                     reply,
@@ -287,18 +328,18 @@ impl Client {
                     deadline,
                     attempts,
                 };
-                self.settle::<R>(settling).await
+                self.settle::<C>(path, settling).await
             }
         }
     }
 
     /// Attempts until an answer, a final error, or `until`.
-    async fn attempts<U: prost::Message + Default + Send + 'static>(
+    async fn attempts<C: ReplyCodec>(
         &self,
-        path: &'static str,
+        path: &PathAndQuery,
         bytes: &Bytes,
         until: Instant,
-    ) -> Result<(U, MetadataMap, u32), (Ended, u32)> {
+    ) -> Result<(C::Decode, MetadataMap, u32), (Ended, u32)> {
         let mut last = None;
         let mut attempts = 0;
         loop {
@@ -309,7 +350,7 @@ impl Client {
             let endpoint = self.current.load(Ordering::Relaxed);
             attempts += 1;
             let status = match self
-                .attempt(
+                .attempt::<C>(
                     endpoint,
                     path,
                     bytes.clone(),
@@ -371,17 +412,17 @@ impl Client {
 
     /// One attempt on one endpoint, bounded by `timeout` (also sent as the
     /// call's `grpc-timeout`, so the server stops waiting too).
-    async fn attempt<U: prost::Message + Default + Send + 'static>(
+    async fn attempt<C: ReplyCodec>(
         &self,
         endpoint: usize,
-        path: &'static str,
+        path: &PathAndQuery,
         bytes: Bytes,
         timeout: Duration,
-    ) -> Result<(U, MetadataMap), Status> {
+    ) -> Result<(C::Decode, MetadataMap), Status> {
         let started = Instant::now();
         let mut request = self.request(bytes);
         request.set_timeout(timeout);
-        let response = self.open::<U>(endpoint, path, request, timeout).await?;
+        let response = self.open::<C>(endpoint, path, request, timeout).await?;
         let left = timeout.saturating_sub(started.elapsed());
         // The server took the call and has begun to answer: a reply that is
         // slow to complete is not the endpoint's failure.
@@ -396,13 +437,13 @@ impl Client {
     /// a call and for a stream. (tonic's channel also holds this wait to a
     /// request's `grpc-timeout`, and its `CANCELLED` carries its cause, so it
     /// is the same verdict.)
-    pub(crate) async fn open<U: prost::Message + Default + Send + 'static>(
+    pub(crate) async fn open<C: ReplyCodec>(
         &self,
         endpoint: usize,
-        path: &'static str,
+        path: &PathAndQuery,
         request: Request<Bytes>,
         timeout: Duration,
-    ) -> Result<Response<Streaming<U>>, Status> {
+    ) -> Result<Response<Streaming<C::Decode>>, Status> {
         let mut grpc = tonic::client::Grpc::new(self.channel(endpoint)?);
         let call = async {
             grpc.ready()
@@ -410,16 +451,12 @@ impl Client {
                 .map_err(|e| Status::from_error(Box::new(e)))?;
             // A unary call is a stream of one reply on the wire: opened like
             // this, its headers are told apart from its reply.
-            grpc.server_streaming(
-                request,
-                PathAndQuery::from_static(path),
-                PreEncoded::<U>::default(),
-            )
-            .await
+            grpc.server_streaming(request, path.clone(), C::default())
+                .await
         };
         tokio::time::timeout(timeout, call)
             .await
-            .unwrap_or_else(|_| Err(no_response(path, timeout)))
+            .unwrap_or_else(|_| Err(no_response(path.as_str(), timeout)))
     }
 
     /// The attempts left the outcome unknown: asks `LookupKey`, and with a
@@ -433,32 +470,40 @@ impl Client {
     /// returned. A record of another method needs no resend: one key is one
     /// operation across methods (SPEC 3.1). No record, no answer to the
     /// look-up, or none final to the resend: unknown.
-    async fn settle<R: Rpc>(&self, settling: Settling) -> Result<Answer<R::Reply>, Error> {
+    async fn settle<C: ReplyCodec>(
+        &self,
+        path: &PathAndQuery,
+        settling: Settling,
+    ) -> Result<Answer<C::Decode>, Error> {
         let lookup = pb::LookupKeyRequest {
             idempotency_key: settling.key.clone(),
         };
-        let path = <marker::LookupKey as Rpc>::PATH;
+        let lookup_path = PathAndQuery::from_static(<marker::LookupKey as Rpc>::PATH);
         let lookup = Bytes::from(lookup.encode_to_vec());
         let Ok((record, _, _)) = self
-            .attempts::<pb::KeyRecord>(path, &lookup, settling.lookup_until)
+            .attempts::<PreEncoded<pb::KeyRecord>>(&lookup_path, &lookup, settling.lookup_until)
             .await
         else {
             return Err(Error::Unknown { key: settling.key });
         };
-        if record.method != R::PATH {
+        if record.method != path.as_str() {
             return Err(Error::Declined(Box::new(Decline::used_for(
                 record.method,
                 settling.key,
             ))));
         }
-        self.resend::<R>(settling).await
+        self.resend::<C>(path, settling).await
     }
 
     /// The request sent once more, and again on a retryable failure until the
     /// budget ends: under a key with a record no attempt can execute anything
     /// new, so a resend that meets a closing connection or a busy instance is
     /// tried again like any attempt. Its final answer, or unknown.
-    async fn resend<R: Rpc>(&self, settling: Settling) -> Result<Answer<R::Reply>, Error> {
+    async fn resend<C: ReplyCodec>(
+        &self,
+        path: &PathAndQuery,
+        settling: Settling,
+    ) -> Result<Answer<C::Decode>, Error> {
         let Settling {
             key,
             bytes,
@@ -466,7 +511,7 @@ impl Client {
             attempts,
             ..
         } = settling;
-        match self.attempts::<R::Reply>(R::PATH, &bytes, deadline).await {
+        match self.attempts::<C>(path, &bytes, deadline).await {
             Ok((reply, metadata, resent)) => Ok(Answer {
                 reply,
                 replayed: replayed(&metadata),
@@ -496,9 +541,7 @@ struct Settling {
 
 /// A unary call's reply off its opened response: its one message, then its
 /// trailers (a status that ends the call after its headers is there).
-async fn reply<U: prost::Message + Default + Send + 'static>(
-    response: Response<Streaming<U>>,
-) -> Result<(U, MetadataMap), Status> {
+async fn reply<U>(response: Response<Streaming<U>>) -> Result<(U, MetadataMap), Status> {
     let (metadata, mut body, _) = response.into_parts();
     let message = body
         .message()

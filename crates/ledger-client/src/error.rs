@@ -45,7 +45,8 @@ pub enum Error {
         /// The sequence that came next.
         got: u64,
     },
-    /// The client's settings are not usable (an endpoint, a certificate, a token).
+    /// The client's settings are not usable (an endpoint, a certificate, a
+    /// token), or a call by method is not one (its path, its key).
     #[error("invalid client settings: {0}")]
     Config(String),
 }

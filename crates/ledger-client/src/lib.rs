@@ -48,21 +48,31 @@
 //!
 //! - [`Watcher`] follows the change stream (`WatchEntries`), resuming after the
 //!   last sequence it yielded, on the next endpoint, after any disconnect.
+//! - [`Client::batch_settled`] sends many keyed calls as one `Batch` and
+//!   settles each item: one whose answer may be retried is sent again with its
+//!   key until it has its outcome, or is reported [`Settled::Unknown`].
+//! - [`Client::call_encoded`] calls a unary RPC named at run time with a request
+//!   the caller encoded (ledgerctl builds its requests from the descriptor):
+//!   the same loop as the typed methods.
 //!
-//! Layout: [`rpc`](crate::METHODS) lists the unary RPCs (one line each), `client`
-//! holds the retry loop, `retry` what is retried and the backoff, `error` the
-//! declines, `watch` the watcher of the stream (it shares the endpoints, the
-//! token and the backoff, not the unary retry loop).
+//! Layout: `rpc` makes the typed methods and [`METHODS`] from the proto's list
+//! of unary RPCs (`ledger_proto::unary_rpcs!`, generated from the descriptor:
+//! an RPC added to the proto is a method with no edit here), `client` holds the
+//! retry loop, `retry` what is retried and the backoff, `error` the declines,
+//! `watch` the watcher of the stream (it shares the endpoints, the token and the
+//! backoff, not the unary retry loop).
 
+mod batch;
 mod client;
 mod error;
 mod retry;
 mod rpc;
 mod watch;
 
+pub use batch::Settled;
 pub use client::{Answer, Budget, Builder, Client};
 pub use error::{Decline, Error, Reason, Violation};
-pub use ledger_proto::{code_name, pb};
+pub use ledger_proto::{code_name, money, pb};
 pub use retry::Backoff;
 pub use rpc::{METHODS, Method};
 pub use watch::Watcher;

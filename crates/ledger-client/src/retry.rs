@@ -75,7 +75,7 @@ pub struct Backoff {
     /// No wait is longer (except where the server's `RetryInfo` asks for more).
     pub max: Duration,
     /// Each wait's bound is this many times the last one's.
-    pub multiplier: f64,
+    pub multiplier: f32,
 }
 
 impl Default for Backoff {
@@ -95,12 +95,18 @@ impl Backoff {
     /// half the bound and the bound, so callers that failed together spread out;
     /// never shorter than the `RetryInfo` delay the server sent.
     pub(crate) fn wait(&self, retry: u32, status: &Status) -> Duration {
-        let exponent = i32::try_from(retry.min(30)).unwrap_or(30);
-        let bound = self
-            .initial
-            .mul_f64(self.multiplier.powi(exponent))
-            .min(self.max);
-        let jittered = bound.mul_f64(rand::random_range(0.5..=1.0));
+        use backon::BackoffBuilder as _;
+        // backon adds to each step a jitter below the step itself: steps of half
+        // the bound make waits between half the bound and the bound.
+        let jittered = backon::ExponentialBuilder::new()
+            .with_min_delay(self.initial / 2)
+            .with_max_delay(self.max / 2)
+            .with_factor(self.multiplier)
+            .with_jitter()
+            .without_max_times()
+            .build()
+            .nth(usize::try_from(retry.min(30)).unwrap_or(30))
+            .unwrap_or(self.max);
         let asked = status
             .get_details_retry_info()
             .and_then(|info| info.retry_delay)

@@ -1,22 +1,24 @@
-//! The ledger's RPCs as the client sees them: one line each in [`rpcs!`], which
-//! generates the typed method of [`Client`](crate::Client), the marker type the
-//! retry loop is generic over, and [`METHODS`], the list a test holds against the
-//! proto. `WatchEntries` (server streaming) is not here: its resuming watcher
-//! is the `watch` module, beside this one.
+//! The ledger's unary RPCs as the client sees them, generated from the proto:
+//! `ledger_proto::unary_rpcs!` lists them (its `build.rs` reads the descriptor),
+//! and [`rpcs!`] makes of each the typed method of [`Client`](crate::Client), the
+//! marker type the retry loop is generic over, and its line in [`METHODS`]. An
+//! RPC added to the proto is a method here with no edit. `WatchEntries` (server
+//! streaming) is not here: its resuming watcher is the `watch` module, beside
+//! this one.
 
 use std::marker::PhantomData;
 
-use bytes::{BufMut as _, Bytes};
+use bytes::{Buf as _, BufMut as _, Bytes};
 use ledger_proto::pb;
 use prost::Message;
 use tonic::Status;
-use tonic::codec::{Codec, EncodeBuf, Encoder};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic_prost::ProstDecoder;
 
 /// A unary RPC of `ledger.v1.Ledger`.
 pub(crate) trait Rpc {
     type Request: Message;
-    type Reply: Message + Default + Send + 'static;
+    type Reply: Message + Default + Send + Sync + 'static;
     /// The full gRPC method name, as a `KeyRecord` stores it.
     const PATH: &'static str;
     /// The request's idempotency key, for a keyed RPC.
@@ -26,14 +28,16 @@ pub(crate) trait Rpc {
 /// One RPC of the service, as [`METHODS`] lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Method {
-    /// The RPC's name in the proto, e.g. `Charge`.
+    /// The RPC's name in the proto.
     pub name: &'static str,
-    /// The full gRPC method name, e.g. `/ledger.v1.Ledger/Charge`.
+    /// The full gRPC method name: `/ledger.v1.Ledger/` and its name.
     pub path: &'static str,
-    /// Whether its request carries an idempotency key.
+    /// Whether its request carries the call's idempotency key.
     pub keyed: bool,
 }
 
+/// The callback of `ledger_proto::unary_rpcs!`: everything the client has of
+/// each unary RPC.
 macro_rules! rpcs {
     ($( $(#[$doc:meta])* $call:ident: $name:ident($request:ident) -> $reply:ident, $kind:ident; )*) => {
         pub(crate) mod marker {
@@ -61,15 +65,31 @@ macro_rules! rpcs {
         )*];
 
         impl crate::Client {
-            $(
-                $(#[$doc])*
-                pub async fn $call(
-                    &self,
-                    request: pb::$request,
-                ) -> Result<crate::Answer<pb::$reply>, crate::Error> {
-                    self.call::<marker::$name>(request).await
-                }
-            )*
+            $( rpcs!(@method $kind $(#[$doc])* $call: $name($request) -> $reply); )*
+        }
+    };
+    (@method keyed $(#[$doc:meta])* $call:ident: $name:ident($request:ident) -> $reply:ident) => {
+        $(#[$doc])*
+        ///
+        /// Keyed: a request without an `idempotency_key` gets a new one (a
+        /// UUIDv7) before the first attempt, every attempt resends the same
+        /// bytes, and an outcome the budget leaves unknown is settled with
+        /// `LookupKey` or ends in [`Error::Unknown`](crate::Error::Unknown) with
+        /// the key to retry with.
+        pub async fn $call(
+            &self,
+            request: pb::$request,
+        ) -> Result<crate::Answer<pb::$reply>, crate::Error> {
+            self.call::<marker::$name>(request).await
+        }
+    };
+    (@method read $(#[$doc:meta])* $call:ident: $name:ident($request:ident) -> $reply:ident) => {
+        $(#[$doc])*
+        pub async fn $call(
+            &self,
+            request: pb::$request,
+        ) -> Result<crate::Answer<pb::$reply>, crate::Error> {
+            self.call::<marker::$name>(request).await
         }
     };
     (@key keyed $request:ident) => { Some(&mut $request.idempotency_key) };
@@ -78,48 +98,19 @@ macro_rules! rpcs {
     (@keyed read) => { false };
 }
 
-rpcs! {
-    /// Opens an account; keyed (a key is made when the request has none).
-    open_account: OpenAccount(OpenAccountRequest) -> OpenAccountReply, keyed;
-    /// Adds money to an account; keyed.
-    credit: Credit(CreditRequest) -> CreditReply, keyed;
-    /// Takes money from an account; keyed.
-    charge: Charge(ChargeRequest) -> ChargeReply, keyed;
-    /// Reads an account.
-    get_account: GetAccount(GetAccountRequest) -> Account, read;
-    /// Moves money between two accounts; keyed.
-    transfer: Transfer(TransferRequest) -> TransferReply, keyed;
-    /// Returns money a charge or capture took; keyed.
-    refund: Refund(RefundRequest) -> RefundReply, keyed;
-    /// Reserves money until it is captured, voided or expires; keyed.
-    place_hold: PlaceHold(PlaceHoldRequest) -> PlaceHoldReply, keyed;
-    /// Takes up to the held amount; keyed.
-    capture_hold: CaptureHold(CaptureHoldRequest) -> CaptureHoldReply, keyed;
-    /// Releases a hold; keyed.
-    void_hold: VoidHold(VoidHoldRequest) -> VoidHoldReply, keyed;
-    /// Reads one journal entry.
-    get_entry: GetEntry(GetEntryRequest) -> Entry, read;
-    /// Reads a page of an account's journal.
-    list_entries: ListEntries(ListEntriesRequest) -> ListEntriesReply, read;
-    /// Reads one hold.
-    get_hold: GetHold(GetHoldRequest) -> Hold, read;
-    /// What happened under a key; executes nothing. The stored reply comes as
-    /// bytes: decode it as the reply of `KeyRecord::method`.
-    lookup_key: LookupKey(LookupKeyRequest) -> KeyRecord, read;
-    /// Several transfers that take effect together or not at all; keyed.
-    post: Post(PostRequest) -> PostReply, keyed;
-    /// Replaces an account's limits, recorded as a LIMITS entry; keyed.
-    set_limits: SetLimits(SetLimitsRequest) -> SetLimitsReply, keyed;
-    /// Entries by metadata, in sequence order; reads its own writes.
-    search_entries: SearchEntries(SearchEntriesRequest) -> SearchEntriesReply, read;
-    /// Accounts by metadata, by id.
-    list_accounts: ListAccounts(ListAccountsRequest) -> ListAccountsReply, read;
-    /// Reads a page of an account's open holds, oldest first.
-    list_holds: ListHolds(ListHoldsRequest) -> ListHoldsReply, read;
-    /// An account's balance and limits at a sequence, a time, or now.
-    get_balance: GetBalance(GetBalanceRequest) -> Balance, read;
-    /// Undoes a Transfer, a Post or a Credit named by its key, once; keyed.
-    reverse: Reverse(ReverseRequest) -> ReverseReply, keyed;
+ledger_proto::unary_rpcs!(rpcs);
+
+/// A codec the retry loop sends a request's bytes with (encoded once, the same
+/// on every attempt) and reads the reply by: typed ([`PreEncoded`]) or
+/// encoded ([`Raw`]).
+pub(crate) trait ReplyCodec:
+    Codec<Encode = Bytes, Decode: Send + Sync + 'static> + Default + Send + 'static
+{
+}
+
+impl<C> ReplyCodec for C where
+    C: Codec<Encode = Bytes, Decode: Send + Sync + 'static> + Default + Send + 'static
+{
 }
 
 /// A codec whose requests are already encoded: a retry resends the very bytes of
@@ -132,7 +123,7 @@ impl<U> Default for PreEncoded<U> {
     }
 }
 
-impl<U: Message + Default + Send + 'static> Codec for PreEncoded<U> {
+impl<U: Message + Default + Send + Sync + 'static> Codec for PreEncoded<U> {
     type Encode = Bytes;
     type Decode = U;
     type Encoder = BytesEncoder;
@@ -156,5 +147,37 @@ impl Encoder for BytesEncoder {
     fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
         dst.put(item);
         Ok(())
+    }
+}
+
+/// A codec whose requests are already encoded and whose replies stay encoded:
+/// a call of a method named at run time
+/// ([`Client::call_encoded`](crate::Client::call_encoded)).
+#[derive(Default)]
+pub(crate) struct Raw;
+
+impl Codec for Raw {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = BytesEncoder;
+    type Decoder = BytesDecoder;
+
+    fn encoder(&mut self) -> BytesEncoder {
+        BytesEncoder
+    }
+
+    fn decoder(&mut self) -> BytesDecoder {
+        BytesDecoder
+    }
+}
+
+pub(crate) struct BytesDecoder;
+
+impl Decoder for BytesDecoder {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }

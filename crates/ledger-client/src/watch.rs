@@ -8,13 +8,13 @@ use ledger_proto::pb;
 use prost::Message as _;
 use tonic::Status;
 use tonic::codec::Streaming;
+use tonic::codegen::http::uri::PathAndQuery;
 
 use crate::Client;
 use crate::client::KEEP_ALIVE_BOUND;
 use crate::error::{Decline, Error};
 use crate::retry::{Verdict, verdict};
-
-const PATH: &str = "/ledger.v1.Ledger/WatchEntries";
+use crate::rpc::PreEncoded;
 
 /// Follows the ledger's entries, every account's or one account's, from a
 /// sequence on; see [`Client::watch`].
@@ -96,6 +96,10 @@ impl Client {
 }
 
 impl Watcher {
+    /// The full gRPC method name of the stream it follows: the one streaming
+    /// RPC a caller that reads the descriptor (ledgerctl) follows through it.
+    pub const PATH: &'static str = "/ledger.v1.Ledger/WatchEntries";
+
     /// The next entry, in sequence order, waiting for it to commit if need be.
     pub async fn next(&mut self) -> Result<pb::Entry, Error> {
         loop {
@@ -165,7 +169,11 @@ impl Watcher {
         };
         let request = self.client.request(Bytes::from(request.encode_to_vec()));
         let timeout = self.client.budget().attempt_timeout.min(KEEP_ALIVE_BOUND);
-        let opened = self.client.open(endpoint, PATH, request, timeout).await?;
+        let path = PathAndQuery::from_static(Self::PATH);
+        let opened = self
+            .client
+            .open::<PreEncoded<pb::Entry>>(endpoint, &path, request, timeout)
+            .await?;
         self.opened += 1;
         Ok(opened.into_inner())
     }

@@ -21,7 +21,10 @@
 //! - `search`: SearchEntries of one order id, on a ledger of at least
 //!   `--ledger-entries` entries, each search finding 10 (`seed`);
 //! - `get-entry`: GetEntry of entries of that ledger, what a search is held
-//!   against.
+//!   against;
+//! - `search-wide`: SearchEntries of the first page (100 entries) of one pair
+//!   that `--search-matches` entries hold (`seed`): what a page costs as its
+//!   pair's matches grow.
 //!
 //! `--metadata N` tags every Charge with N pairs (its order id and N - 1 more).
 //!
@@ -78,6 +81,8 @@ pub enum Scenario {
     Idle,
     Search,
     GetEntry,
+    /// SearchEntries pages of a pair of `--search-matches` entries.
+    SearchWide,
     /// GetAccount of random accounts.
     GetAccount,
     /// GetBalance of an account of `--balance-entries` entries, at random
@@ -135,6 +140,10 @@ pub struct BenchArgs {
     /// (what is missing is posted before measuring, tagged 10 per order id)
     #[arg(long, default_value_t = 1_000_000)]
     pub ledger_entries: u64,
+    /// The search-wide scenario: the entries its pair tags (posted before
+    /// measuring when missing, up to 500 per post)
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub search_matches: u64,
     /// The balance-deep scenario: the entries of its account (posted before
     /// measuring when missing, 250 per post)
     #[arg(long, default_value_t = 1_000_000)]
@@ -182,6 +191,8 @@ enum Op {
     },
     /// SearchEntries of a seeded order id.
     Search,
+    /// SearchEntries of the first page of the pair these many entries hold.
+    SearchWide(u64),
     /// GetEntry of a seeded entry.
     GetEntry,
     /// GetBalance at a random point of this account's journal.
@@ -232,6 +243,12 @@ async fn seed_reads(
     let seeded = match args.scenario {
         Scenario::Search | Scenario::GetEntry => {
             crate::seed::ensure(channels, accounts, args.ledger_entries, args.concurrency).await?
+        }
+        Scenario::SearchWide => {
+            // Seeded by at least 16 callers, however few the measured ones.
+            let workers = args.concurrency.max(16);
+            crate::seed::ensure_wide(channels, accounts, args.search_matches, workers).await?;
+            crate::seed::Seeded::default()
         }
         _ => crate::seed::Seeded::default(),
     };
@@ -286,6 +303,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         metadata: usize::try_from(args.metadata)?,
         seeded,
         balances: points,
+        search_matches: args.search_matches,
     });
 
     let before = match &args.database_url {
@@ -366,6 +384,8 @@ struct Plan {
     seeded: crate::seed::Seeded,
     /// What the balance scenarios ask of.
     balances: crate::seed::Balances,
+    /// The entries the `search-wide` pair tags.
+    search_matches: u64,
 }
 
 impl Plan {
@@ -878,6 +898,7 @@ fn choose(plan: &Plan) -> anyhow::Result<(Op, u64)> {
         Scenario::Idle => anyhow::bail!("the idle scenario makes no calls"),
         Scenario::Search => (Op::Search, 1),
         Scenario::GetEntry => (Op::GetEntry, 1),
+        Scenario::SearchWide => (Op::SearchWide(plan.search_matches), 1),
         Scenario::GetAccount => (Op::Read, 1),
         Scenario::BalanceDeep => (Op::Balance(plan.balances.deep), 1),
         Scenario::BalanceShallow => (Op::Balance(plan.balances.shallow), 1),
@@ -1023,6 +1044,7 @@ async fn one_op(
         }
         Op::Search | Op::GetEntry => vec![timed(started, seeded_read(client, plan, op).await)],
         Op::Balance(journal) => vec![timed(started, balance_at(client, journal).await)],
+        Op::SearchWide(matches) => vec![timed(started, wide_page(client, matches).await)],
         Op::Read => {
             let request = pb::GetAccountRequest {
                 account_id: account,
@@ -1075,6 +1097,27 @@ async fn one_op(
             vec![post(client, plan, measured, key, &chosen).await]
         }
     }
+}
+
+/// The first page of the `search-wide` pair, which must be full.
+async fn wide_page(mut client: LedgerClient<Channel>, matches: u64) -> Answer {
+    const PAGE: u64 = 100;
+    let request = pb::SearchEntriesRequest {
+        metadata: [crate::seed::wide_pair(matches)].into(),
+        page_size: 100,
+        ..Default::default()
+    };
+    let answer = client.search_entries(request).await.and_then(|reply| {
+        let found = reply.into_inner().entries.len() as u64;
+        if found == matches.min(PAGE) {
+            Ok(())
+        } else {
+            Err(tonic::Status::data_loss(format!(
+                "a page of the wide pair held {found} entries"
+            )))
+        }
+    });
+    answer.map(|()| None).map_err(|s| s.code())
 }
 
 /// A read of the seeded ledger: a search that must find its order's entries,
@@ -1307,43 +1350,37 @@ impl Report {
         }
     }
 
+    /// The report as one JSON object, for the scripts that compare runs.
     fn json(&self) -> String {
-        let errors: Vec<String> = self
-            .errors
-            .iter()
-            .map(|(c, n)| format!("\"{c}\":{n}"))
-            .collect();
-        format!(
-            "{{\"scenario\":\"{:?}\",\"concurrency\":{},\"accounts\":{},\"seconds\":{:.1},\"calls\":{},\
-             \"calls_per_second\":{:.1},\"p50_ms\":{:.3},\"p95_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\
-             \"errors\":{{{}}},\"watchers\":{},\"cpu_ms_per_call\":{{{}}},\"status_per_call\":{{{}}}{}}}",
-            self.scenario,
-            self.concurrency,
-            self.accounts,
-            self.seconds,
-            self.calls,
-            self.per_second,
-            self.p50_ms,
-            self.p95_ms,
-            self.p99_ms,
-            self.max_ms,
-            errors.join(","),
-            self.watchers,
-            self.cpu_ms_per_call
+        let per_call = |pairs: &[(String, f64)]| -> serde_json::Map<String, serde_json::Value> {
+            pairs
                 .iter()
-                .map(|(name, ms)| format!("\"{name}\":{ms:.4}"))
-                .collect::<Vec<_>>()
-                .join(","),
-            self.status_per_call
-                .iter()
-                .map(|(name, n)| format!("\"{name}\":{n:.3}"))
-                .collect::<Vec<_>>()
-                .join(","),
-            self.lag.as_ref().map_or_else(String::new, |l| format!(
-                ",\"lag_entries\":{},\"lag_p50_ms\":{:.3},\"lag_p99_ms\":{:.3},\"lag_max_ms\":{:.3}",
-                l.entries, l.p50_ms, l.p99_ms, l.max_ms
-            ))
-        )
+                .map(|(name, n)| (name.clone(), (*n).into()))
+                .collect()
+        };
+        let mut report = serde_json::json!({
+            "scenario": format!("{:?}", self.scenario),
+            "concurrency": self.concurrency,
+            "accounts": self.accounts,
+            "seconds": self.seconds,
+            "calls": self.calls,
+            "calls_per_second": self.per_second,
+            "p50_ms": self.p50_ms,
+            "p95_ms": self.p95_ms,
+            "p99_ms": self.p99_ms,
+            "max_ms": self.max_ms,
+            "errors": self.errors,
+            "watchers": self.watchers,
+            "cpu_ms_per_call": per_call(&self.cpu_ms_per_call),
+            "status_per_call": per_call(&self.status_per_call),
+        });
+        if let (Some(lag), Some(fields)) = (&self.lag, report.as_object_mut()) {
+            fields.insert("lag_entries".into(), lag.entries.into());
+            fields.insert("lag_p50_ms".into(), lag.p50_ms.into());
+            fields.insert("lag_p99_ms".into(), lag.p99_ms.into());
+            fields.insert("lag_max_ms".into(), lag.max_ms.into());
+        }
+        report.to_string()
     }
 }
 

@@ -131,6 +131,72 @@ fn order(n: u64, accounts: &[u64]) -> pb::PostRequest {
     }
 }
 
+/// The most legs of a post that tags the `search-wide` pair: 500 entries.
+const WIDE_LEGS: u64 = 250;
+
+/// The pair every entry of the `search-wide` ledger of `matches` entries holds.
+pub fn wide_pair(matches: u64) -> (String, String) {
+    ("wide".to_owned(), matches.to_string())
+}
+
+/// Makes sure `matches` entries (rounded up to whole posts) hold the pair
+/// [`wide_pair`]: posts of up to [`WIDE_LEGS`] legs along `accounts`, sent by
+/// `workers` callers. Their keys are fixed, so a second run replays them.
+pub async fn ensure_wide(
+    channels: &[Channel],
+    accounts: &[u64],
+    matches: u64,
+    workers: u64,
+) -> anyhow::Result<()> {
+    let legs = matches.div_ceil(2).clamp(1, WIDE_LEGS);
+    let posts = matches.div_ceil(2 * legs);
+    let next = Arc::new(AtomicU64::new(0));
+    let accounts: Arc<[u64]> = accounts.into();
+    let mut tasks = Vec::new();
+    for (_, channel) in (0..workers.max(1)).zip(channels.iter().cycle()) {
+        let mut client = LedgerClient::new(channel.clone());
+        let (next, accounts) = (next.clone(), accounts.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= posts {
+                    return anyhow::Ok(());
+                }
+                let mut post = order(n, &accounts);
+                post.legs = (0..legs)
+                    .filter_map(|i| {
+                        post.legs
+                            .get(usize::try_from(i % LEGS as u64).ok()?)
+                            .cloned()
+                    })
+                    .collect();
+                post.idempotency_key = format!("bench-wide-{matches}-{n}");
+                post.metadata = [wide_pair(matches)].into();
+                client.post(post).await?;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    // The first search waits until the stream has numbered the seeding's
+    // backlog, before anything is measured.
+    let mut client = LedgerClient::new(channels.first().context("no connection")?.clone());
+    for attempt in 1.. {
+        let request = pb::SearchEntriesRequest {
+            metadata: [wide_pair(matches)].into(),
+            page_size: 1,
+            ..Default::default()
+        };
+        match client.search_entries(request).await {
+            Ok(_) => break,
+            Err(status) if status.code() == tonic::Code::Unavailable && attempt < 100 => {}
+            Err(status) => return Err(status.into()),
+        }
+    }
+    Ok(())
+}
+
 /// Legs of each post that deepens the `balance-deep` account: 250 entries on it.
 const DEEP_LEGS: usize = 250;
 

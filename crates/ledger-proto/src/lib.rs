@@ -8,8 +8,14 @@
 //! - [`pb`]: the generated code, with [`pb::FILE_DESCRIPTOR_SET`] for reading
 //!   messages by name (ledgerctl's output).
 //! - [`codec`]: prost's codec, with malformed requests as INVALID_ARGUMENT.
+//! - [`unary_rpcs!`]: the service's unary RPCs, generated from the descriptor,
+//!   for the client to generate its typed methods from.
+//! - [`money`]: amounts in their currency's units (`10.00 USD`) and back.
 
 pub mod codec;
+pub mod money;
+
+include!(concat!(env!("OUT_DIR"), "/unary_rpcs.rs"));
 
 #[allow(
     clippy::all,

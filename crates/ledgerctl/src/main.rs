@@ -4,29 +4,60 @@
 //! of the same bytes within `--timeout`, and `LookupKey` (and a resend) to
 //! settle an outcome that budget left unknown.
 //!
-//! - `cli`: the flags and subcommands (clap);
-//! - `run`: a subcommand into a request, a call, and the exit code;
+//! The command line follows from the proto: its subcommands, flags and help are
+//! built at run time from the contract's descriptor, and so are the requests
+//! and the output, so an RPC or a field added to the proto needs no edit here.
+//!
+//! - `contract`: the descriptor set, read at run time;
+//! - `cli`: the global flags and a subcommand per RPC (clap's builder);
+//! - `flags`: a request's fields as flags, and the flags back as the request;
+//! - `values`: a flag's text as a field's value;
+//! - `money`: which fields are amounts, in which currency, read and written
+//!   in the currency's units;
+//! - `run`: the call through the client, and the exit code;
 //! - `render`: replies and declines as a table or protobuf JSON.
 
 mod cli;
+mod contract;
+mod flags;
+mod import;
+mod money;
 mod render;
 mod run;
+mod values;
 
 use std::process::ExitCode;
 
-use clap::Parser as _;
-
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let service = match contract::service(contract::pool()) {
+        Ok(service) => service,
+        Err(e) => return fail(&e),
+    };
+    let command_line = match cli::command(&service) {
+        Ok(command_line) => command_line,
+        Err(e) => return fail(&e),
+    };
+    let matches = command_line.clone().get_matches();
+    let cli = match cli::read(&service, &matches) {
+        Ok(cli) => cli,
+        // A flag clap took whose value the request cannot (`--amount 10` of
+        // USD): a usage error, as clap's own are.
+        Err(e) => {
+            eprintln!("ledgerctl: {e}");
+            return ExitCode::from(run::USAGE);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("ledgerctl: cannot start: {e}");
-            return ExitCode::from(run::FAILED);
-        }
+        Err(e) => return fail(&format!("cannot start: {e}")),
     };
-    ExitCode::from(runtime.block_on(run::run(cli)))
+    ExitCode::from(runtime.block_on(run::run(cli, command_line)))
+}
+
+fn fail(error: &str) -> ExitCode {
+    eprintln!("ledgerctl: {error}");
+    ExitCode::from(run::FAILED)
 }

@@ -1,54 +1,52 @@
 //! Replies as protobuf JSON (as grpcurl prints them: camelCase names, 64-bit
 //! integers as strings, enums by name, RFC 3339 timestamps; default values left
-//! out) or as a table for people; declines likewise. Both read the messages
-//! through their descriptors (prost-reflect), so a field added to the proto shows
-//! up without a change here.
+//! out; amounts in minor units, as on the wire) or for people; declines
+//! likewise. Both read the messages through their descriptors (prost-reflect),
+//! so a field added to the proto shows up without a change here.
+//!
+//! For people, every field is shown, zero or not; amounts in their currency's
+//! units (`10.00 USD`, by `money`), enum values as the word their name ends in
+//! (`TRANSFER_OUT`, `HELD`). A reply with a repeated message (a list or a
+//! search) is a table, a row per item under a header, as kubectl prints one:
+//! the columns that say something (not a field empty in every row, a map, a
+//! nested message, a currency its amounts already name), all of them with
+//! `-o wide`. Any other reply is a block of names and values.
 
 use std::fmt::Write as _;
-use std::sync::OnceLock;
 
 use ledger_client::{Decline, code_name, pb};
 use prost_reflect::{
-    DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMessage as _, SerializeOptions, Value,
+    DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage as _,
+    SerializeOptions, Value,
 };
 use serde_json::{Map, Value as Json, json};
 
 use crate::cli::Output;
+use crate::contract;
+use crate::money;
+use crate::values;
 
-/// The contract's descriptors (with the well-known types it imports).
-fn pool() -> &'static DescriptorPool {
-    static POOL: OnceLock<DescriptorPool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        DescriptorPool::decode(pb::FILE_DESCRIPTOR_SET)
-            .unwrap_or_else(|e| unreachable!("the generated descriptor set decodes: {e}"))
-    })
-}
+/// The message that says what happened under a key: its stored reply is
+/// shown decoded, never as bytes.
+const KEY_RECORD: &str = "ledger.v1.KeyRecord";
 
-fn descriptor(name: &str) -> Result<MessageDescriptor, String> {
-    pool()
-        .get_message_by_name(name)
-        .ok_or_else(|| format!("no message {name} in the contract"))
-}
-
-/// `message` (of the contract's type `name`, e.g. `ledger.v1.ChargeReply`) read
+/// `message` (of the contract's type `name`, e.g. `ledger.v1.Entry`) read
 /// through its descriptor.
 pub(crate) fn dynamic<M: prost::Message>(
     message: &M,
     name: &str,
 ) -> Result<DynamicMessage, String> {
-    decode(&message.encode_to_vec(), name)
+    let bytes = message.encode_to_vec();
+    DynamicMessage::decode(contract::message(name)?, bytes.as_slice())
+        .map_err(|e| format!("{name}: {e}"))
 }
 
-fn decode(bytes: &[u8], name: &str) -> Result<DynamicMessage, String> {
-    DynamicMessage::decode(descriptor(name)?, bytes).map_err(|e| format!("{name}: {e}"))
-}
-
-/// The reply type of a full method name (`/ledger.v1.Ledger/Charge`).
+/// The reply type of a full method name, as a `KeyRecord` stores it.
 fn reply_type(method: &str) -> Result<MessageDescriptor, String> {
     let name = method.rsplit('/').next().unwrap_or_default();
-    pool()
-        .get_service_by_name("ledger.v1.Ledger")
-        .and_then(|service| service.methods().find(|m| m.name() == name))
+    contract::service(contract::pool())?
+        .methods()
+        .find(|m| m.name() == name)
         .map(|m| m.output())
         .ok_or_else(|| format!("no method {method} in the contract"))
 }
@@ -78,16 +76,178 @@ fn sort_maps(json: &mut Json) {
     }
 }
 
-/// A reply, in the chosen form.
-pub(crate) fn reply(message: &DynamicMessage, output: Output) -> String {
-    match output {
+/// A reply, in the chosen form; a `KeyRecord` with its outcome decoded.
+pub(crate) fn reply(message: &DynamicMessage, output: Output) -> Result<String, String> {
+    if message.descriptor().full_name() == KEY_RECORD {
+        let record = message
+            .transcode_to::<pb::KeyRecord>()
+            .map_err(|e| format!("{KEY_RECORD}: {e}"))?;
+        return key_record(&record, output);
+    }
+    Ok(match output {
         Output::Json => pretty(&json_of(message)),
-        Output::Table => {
+        Output::Table | Output::Wide => {
             let mut out = String::new();
-            table(message, 0, &mut out);
+            if listed(message).is_empty() {
+                table(message, 0, None, &mut out);
+            } else {
+                lists(message, output == Output::Wide, &mut out);
+            }
             out
         }
+    })
+}
+
+/// The repeated message fields of `message`: the lists a reply is a table of.
+fn listed(message: &DynamicMessage) -> Vec<FieldDescriptor> {
+    message
+        .descriptor()
+        .fields()
+        .filter(|field| field.is_list() && matches!(field.kind(), Kind::Message(_)))
+        .collect()
+}
+
+/// A reply that holds lists: each as a table (under its name where there are
+/// several), then the rest of the reply that is set (a `next_page_token`).
+fn lists(message: &DynamicMessage, wide: bool, out: &mut String) {
+    let lists = listed(message);
+    for field in &lists {
+        if lists.len() > 1 {
+            let _ = writeln!(out, "{}", field.name());
+        }
+        let Kind::Message(item) = field.kind() else {
+            continue;
+        };
+        let value = message.get_field(field);
+        let rows: Vec<&DynamicMessage> = value
+            .as_list()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(Value::as_message)
+            .collect();
+        if rows.is_empty() {
+            let _ = writeln!(out, "no {}", field.name().replace('_', " "));
+            continue;
+        }
+        rows_table(&item, &rows, wide, out);
     }
+    let mut rest = String::new();
+    for (field, value) in message.fields() {
+        if !lists.contains(&field) {
+            line(&mut rest, 0, field.name(), &cell(value, &field, None));
+        }
+    }
+    if !rest.is_empty() {
+        let _ = write!(out, "\n{rest}");
+    }
+}
+
+/// Rows of `item`s under a header of their fields' names, each column as
+/// wide as its widest cell; numbers and amounts to the right.
+fn rows_table(item: &MessageDescriptor, rows: &[&DynamicMessage], wide: bool, out: &mut String) {
+    let has_money = item.fields().any(|field| money::is_money(&field));
+    let says_something = |field: &FieldDescriptor| {
+        let nested = matches!(field.kind(), Kind::Message(_)) && !values::is_value(&field.kind());
+        let named_in_amounts = has_money && field.name() == money::CURRENCY;
+        !(field.is_map() || nested || named_in_amounts)
+            && rows.iter().any(|row| row.has_field(field))
+    };
+    let columns: Vec<FieldDescriptor> = item
+        .fields()
+        .filter(|field| wide || says_something(field))
+        .collect();
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            let currency = money::currency_of(row, None);
+            columns
+                .iter()
+                .map(|field| field_text(row, field, currency.as_deref()))
+                .collect()
+        })
+        .collect();
+    let header: Vec<String> = columns
+        .iter()
+        .map(|field| field.name().to_uppercase())
+        .collect();
+    let widths: Vec<usize> = header
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            cells
+                .iter()
+                .filter_map(|row| row.get(i))
+                .chain([name])
+                .map(|text| text.chars().count())
+                .max()
+                .unwrap_or_default()
+        })
+        .collect();
+    for row in [header].iter().chain(&cells) {
+        let mut text = String::new();
+        for ((value, field), width) in row.iter().zip(&columns).zip(&widths) {
+            if !text.is_empty() {
+                text.push_str("  ");
+            }
+            if numeric(field) {
+                let _ = write!(text, "{value:>width$}");
+            } else {
+                let _ = write!(text, "{value:<width$}");
+            }
+        }
+        let _ = writeln!(out, "{}", text.trim_end());
+    }
+}
+
+/// Whether a column of `field` reads best aligned to the right.
+fn numeric(field: &FieldDescriptor) -> bool {
+    !field.is_list()
+        && !field.is_map()
+        && matches!(
+            field.kind(),
+            Kind::Int32
+                | Kind::Sint32
+                | Kind::Sfixed32
+                | Kind::Int64
+                | Kind::Sint64
+                | Kind::Sfixed64
+                | Kind::Uint32
+                | Kind::Fixed32
+                | Kind::Uint64
+                | Kind::Fixed64
+                | Kind::Float
+                | Kind::Double
+        )
+}
+
+/// One field of `message` as one line's text: a value, a time, limits,
+/// `KEY=VALUE` pairs in key order, `-` for a message not set, protobuf JSON
+/// for another message or a list.
+fn field_text(message: &DynamicMessage, field: &FieldDescriptor, currency: Option<&str>) -> String {
+    let value = message.get_field(field);
+    match &*value {
+        Value::Map(pairs) => pairs_text(pairs),
+        Value::List(_) => {
+            serde_json::to_string(&json_of(message).get(field.json_name())).unwrap_or_default()
+        }
+        Value::Message(_) if !message.has_field(field) => "-".to_owned(),
+        Value::Message(inner) => one_line(inner, currency)
+            .unwrap_or_else(|| serde_json::to_string(&json_of(inner)).unwrap_or_default()),
+        other => cell(other, field, currency),
+    }
+}
+
+/// Metadata on one line, its pairs in key order.
+fn pairs_text(pairs: &std::collections::HashMap<MapKey, Value>) -> String {
+    let mut shown: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| {
+            let key = k.as_str().unwrap_or_default();
+            format!("{key}={}", v.as_str().unwrap_or_default())
+        })
+        .collect();
+    shown.sort();
+    shown.join(", ")
 }
 
 /// The first line of `watch-entries` as a table: the columns' names.
@@ -99,7 +259,6 @@ pub(crate) fn entry_header() -> String {
         "KIND",
         "AMOUNT",
         "BALANCE_AFTER",
-        "CURRENCY",
         "CREATED_AT",
         "KEY / DESCRIPTION",
     ];
@@ -119,15 +278,23 @@ pub(crate) fn entry_line(entry: &pb::Entry, output: Output) -> Result<String, St
     if !entry.description.is_empty() {
         let _ = write!(key, " / {}", entry.description);
     }
+    let dynamic = dynamic(entry, "ledger.v1.Entry")?;
+    let currency = Some(entry.currency.as_str());
+    let text = |name: &str| {
+        dynamic
+            .descriptor()
+            .get_field_by_name(name)
+            .map(|field| field_text(&dynamic, &field, currency))
+            .unwrap_or_default()
+    };
     Ok(columns([
-        entry.sequence.to_string(),
-        entry.entry_id.to_string(),
-        entry.account_id.to_string(),
-        entry.kind().as_str_name().to_owned(),
-        entry.amount.to_string(),
-        entry.balance_after.to_string(),
-        entry.currency.clone(),
-        entry.created_at.as_ref().map(time).unwrap_or_default(),
+        text("sequence"),
+        text("entry_id"),
+        text("account_id"),
+        text("kind"),
+        text("amount"),
+        text("balance_after"),
+        text("created_at"),
         key,
     ]))
 }
@@ -150,7 +317,8 @@ fn time(t: &prost_types::Timestamp) -> String {
     }
 }
 
-/// Left-aligned but for the two amounts; minor units, as on the wire.
+/// Left-aligned but for the two amounts, in their currency's units; fixed
+/// widths, since a stream's rows are printed as they come.
 fn columns(
     [
         sequence,
@@ -159,22 +327,21 @@ fn columns(
         kind,
         amount,
         balance,
-        currency,
         created,
         key,
-    ]: [String; 9],
+    ]: [String; 8],
 ) -> String {
     let line = format!(
-        "{sequence:<8}  {entry:<8}  {account:<10}  {kind:<23}  {amount:>10}  {balance:>13}  \
-         {currency:<8}  {created:<30}  {key}"
+        "{sequence:<8}  {entry:<8}  {account:<10}  {kind:<12}  {amount:>14}  {balance:>16}  \
+         {created:<27}  {key}"
     );
     format!("{}\n", line.trim_end())
 }
 
 /// A `KeyRecord`, its stored reply decoded as its method's reply, or its stored
 /// decline parsed.
-pub(crate) fn key_record(record: &pb::KeyRecord, output: Output) -> Result<String, String> {
-    let mut head = dynamic(record, "ledger.v1.KeyRecord")?;
+fn key_record(record: &pb::KeyRecord, output: Output) -> Result<String, String> {
+    let mut head = dynamic(record, KEY_RECORD)?;
     head.clear_field_by_name("reply");
     head.clear_field_by_name("error");
     let outcome = match &record.outcome {
@@ -200,13 +367,13 @@ pub(crate) fn key_record(record: &pb::KeyRecord, output: Output) -> Result<Strin
             }
             pretty(&doc)
         }
-        Output::Table => {
+        Output::Table | Output::Wide => {
             let mut out = String::new();
-            table(&head, 0, &mut out);
+            table(&head, 0, None, &mut out);
             match &outcome {
                 Some(Ok(stored)) => {
                     out.push_str("reply\n");
-                    table(stored, 1, &mut out);
+                    table(stored, 1, None, &mut out);
                 }
                 Some(Err(decline)) => {
                     out.push_str("error\n");
@@ -223,7 +390,7 @@ pub(crate) fn key_record(record: &pb::KeyRecord, output: Output) -> Result<Strin
 pub(crate) fn decline(decline: &Decline, output: Output) -> String {
     match output {
         Output::Json => pretty(&decline_json(decline)),
-        Output::Table => {
+        Output::Table | Output::Wide => {
             let mut out = String::new();
             decline_table(decline, 0, &mut out);
             out
@@ -269,108 +436,113 @@ fn pretty(doc: &Json) -> String {
     text
 }
 
-/// Fields whose value is an amount of money, in minor units of the message's
-/// `currency`.
-const AMOUNTS: &[&str] = &[
-    "amount",
-    "balance",
-    "balance_after",
-    "held",
-    "available",
-    "captured_amount",
-];
-
-fn table(message: &DynamicMessage, depth: usize, out: &mut String) {
-    let currency = message
-        .get_field_by_name("currency")
-        .and_then(|c| c.as_str().map(str::to_owned))
-        .filter(|c| !c.is_empty());
-    for (field, value) in message.fields() {
+/// A message as a block of names and values, every field shown (a `oneof`'s
+/// only as the one set); `outer`: the currency of the message that holds it.
+fn table(message: &DynamicMessage, depth: usize, outer: Option<&str>, out: &mut String) {
+    let currency = money::currency_of(message, outer);
+    for field in message.descriptor().fields() {
+        let chosen = field
+            .containing_oneof()
+            .is_none_or(|oneof| oneof.is_synthetic());
+        if !chosen && !message.has_field(&field) {
+            continue;
+        }
         let name = field.name();
-        match value {
-            Value::Message(inner) => message_row(inner, name, depth, out),
-            // Metadata: one line, its pairs in key order.
-            Value::Map(pairs) => {
-                let mut shown: Vec<String> = pairs
-                    .iter()
-                    .map(|(k, v)| {
-                        let key = k.as_str().unwrap_or_default();
-                        format!("{key}={}", v.as_str().unwrap_or_default())
-                    })
-                    .collect();
-                shown.sort();
-                line(out, depth, name, &shown.join(", "));
+        let value = message.get_field(&field);
+        match &*value {
+            Value::Message(inner) if message.has_field(&field) => {
+                message_row(inner, name, depth, currency.as_deref(), out);
             }
-            Value::List(items) => {
+            Value::List(items) if !field.is_map() => {
                 for (i, item) in items.iter().enumerate() {
                     let label = format!("{name}[{i}]");
                     match item {
-                        Value::Message(inner) => message_row(inner, &label, depth, out),
-                        other => line(out, depth, &label, &scalar(other, &field)),
+                        Value::Message(inner) => {
+                            message_row(inner, &label, depth, currency.as_deref(), out);
+                        }
+                        other => line(out, depth, &label, &cell(other, &field, None)),
                     }
                 }
             }
-            other => {
-                let mut text = scalar(other, &field);
-                if let (true, Some(currency)) = (AMOUNTS.contains(&name), &currency) {
-                    let _ = write!(text, " {currency} (minor units)");
-                }
-                line(out, depth, name, &text);
-            }
+            _ => line(
+                out,
+                depth,
+                name,
+                &field_text(message, &field, currency.as_deref()),
+            ),
         }
     }
 }
 
 /// A nested message: a timestamp, a duration or limits on one line, anything
 /// else as a block of its own.
-fn message_row(inner: &DynamicMessage, name: &str, depth: usize, out: &mut String) {
-    match inner.descriptor().full_name() {
-        "google.protobuf.Timestamp" => {
-            let text = inner
-                .transcode_to::<prost_types::Timestamp>()
-                .map_or_else(|e| e.to_string(), |t| time(&t));
-            line(out, depth, name, &text);
-        }
-        "google.protobuf.Duration" => {
-            let text = inner
-                .transcode_to::<prost_types::Duration>()
-                .map_or_else(|e| e.to_string(), |d| d.to_string());
-            line(out, depth, name, &text);
-        }
-        "ledger.v1.AccountLimits" => {
-            let text = inner
-                .transcode_to::<pb::AccountLimits>()
-                .map_or_else(|e| e.to_string(), |l| limits(&l));
-            line(out, depth, name, &text);
-        }
-        _ => {
-            let _ = writeln!(out, "{}{name}", "  ".repeat(depth));
-            table(inner, depth + 1, out);
-        }
+fn message_row(
+    inner: &DynamicMessage,
+    name: &str,
+    depth: usize,
+    currency: Option<&str>,
+    out: &mut String,
+) {
+    if let Some(text) = one_line(inner, currency) {
+        line(out, depth, name, &text);
+    } else {
+        let _ = writeln!(out, "{}{name}", "  ".repeat(depth));
+        table(inner, depth + 1, currency, out);
     }
 }
 
-/// Limits as a person reads them: `floor -5000, ceiling 250000`, `no floor,
-/// no ceiling` (the defaults, `floor 0, no ceiling`, shown like any other).
-fn limits(limits: &pb::AccountLimits) -> String {
+/// A message that reads on one line: a time, a duration, limits.
+fn one_line(inner: &DynamicMessage, currency: Option<&str>) -> Option<String> {
+    Some(match inner.descriptor().full_name() {
+        "google.protobuf.Timestamp" => inner
+            .transcode_to::<prost_types::Timestamp>()
+            .map_or_else(|e| e.to_string(), |t| time(&t)),
+        "google.protobuf.Duration" => inner
+            .transcode_to::<prost_types::Duration>()
+            .map_or_else(|e| e.to_string(), |d| d.to_string()),
+        "ledger.v1.AccountLimits" => inner
+            .transcode_to::<pb::AccountLimits>()
+            .map_or_else(|e| e.to_string(), |l| limits(&l, currency)),
+        _ => return None,
+    })
+}
+
+/// Limits as a person reads them: `floor -50.00 USD, ceiling 2500.00 USD`,
+/// `no floor, no ceiling` (the defaults, `floor 0.00 USD, no ceiling`, shown
+/// like any other).
+fn limits(limits: &pb::AccountLimits, currency: Option<&str>) -> String {
     let floor = if limits.no_min_balance {
         "no floor".to_owned()
     } else {
-        format!("floor {}", limits.min_balance)
+        format!("floor {}", money::format(limits.min_balance, currency))
     };
-    let ceiling = limits
-        .max_balance
-        .map_or_else(|| "no ceiling".to_owned(), |c| format!("ceiling {c}"));
+    let ceiling = limits.max_balance.map_or_else(
+        || "no ceiling".to_owned(),
+        |c| format!("ceiling {}", money::format(c, currency)),
+    );
     format!("{floor}, {ceiling}")
 }
 
-fn scalar(value: &Value, field: &prost_reflect::FieldDescriptor) -> String {
+/// A single value: an amount in `currency`'s units, an enum value as its
+/// word, anything else as itself.
+fn cell(value: &Value, field: &FieldDescriptor, currency: Option<&str>) -> String {
     match value {
-        Value::EnumNumber(number) => field
-            .kind()
-            .as_enum()
-            .and_then(|e| e.get_value(*number))
-            .map_or_else(|| number.to_string(), |v| v.name().to_owned()),
+        Value::I64(minor) if money::is_money(field) => money::format(*minor, currency),
+        Value::EnumNumber(number) => field.kind().as_enum().map_or_else(
+            || number.to_string(),
+            |values| {
+                let prefix = values::enum_prefix(values);
+                values.get_value(*number).map_or_else(
+                    || number.to_string(),
+                    |v| {
+                        v.name()
+                            .strip_prefix(&prefix)
+                            .unwrap_or(v.name())
+                            .to_owned()
+                    },
+                )
+            },
+        ),
         Value::String(text) => text.clone(),
         Value::Bytes(bytes) => format!("{} bytes", bytes.len()),
         Value::Bool(b) => b.to_string(),
@@ -387,5 +559,144 @@ fn scalar(value: &Value, field: &prost_reflect::FieldDescriptor) -> String {
 fn line(out: &mut String, depth: usize, name: &str, value: &str) {
     let indent = "  ".repeat(depth);
     let width = 23_usize.saturating_sub(indent.len());
-    let _ = writeln!(out, "{indent}{name:<width$} {value}");
+    let text = format!("{indent}{name:<width$} {value}");
+    let _ = writeln!(out, "{}", text.trim_end());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(entry_id: u64, kind: pb::EntryKind, amount: i64, balance_after: i64) -> pb::Entry {
+        pb::Entry {
+            entry_id,
+            account_id: 1,
+            kind: kind.into(),
+            amount,
+            currency: "USD".into(),
+            balance_after,
+            idempotency_key: format!("k-{entry_id}"),
+            ..pb::Entry::default()
+        }
+    }
+
+    fn shown<M: prost::Message>(message: &M, name: &str, output: Output) -> String {
+        reply(&dynamic(message, name).unwrap(), output).unwrap()
+    }
+
+    #[test]
+    fn a_single_reply_shows_every_field_with_amounts_and_words() {
+        let account = pb::Account {
+            account_id: 7,
+            currency: "KWD".into(),
+            balance: -1500,
+            held: 0,
+            available: -1500,
+            limits: Some(pb::AccountLimits {
+                min_balance: -2000,
+                no_min_balance: false,
+                max_balance: Some(i64::MAX),
+            }),
+            ..pb::Account::default()
+        };
+        assert_eq!(
+            shown(&account, "ledger.v1.Account", Output::Table),
+            "account_id              7\n\
+             currency                KWD\n\
+             balance                 -1.500 KWD\n\
+             created_at              -\n\
+             held                    0.000 KWD\n\
+             available               -1.500 KWD\n\
+             limits                  floor -2.000 KWD, ceiling 9223372036854775.807 KWD\n\
+             metadata\n"
+        );
+        let hold = pb::Hold {
+            hold_id: 3,
+            amount: 1000,
+            currency: "JPY".into(),
+            state: pb::HoldState::Held.into(),
+            ..pb::Hold::default()
+        };
+        let text = shown(&hold, "ledger.v1.Hold", Output::Table);
+        assert!(text.contains("\nstate                   HELD\n"), "{text}");
+        assert!(
+            text.contains("\namount                  1000 JPY\n"),
+            "{text}"
+        );
+        assert!(text.contains("\ncaptured_amount         0 JPY\n"), "{text}");
+        assert!(text.contains("\naccount_id              0\n"), "{text}");
+    }
+
+    #[test]
+    fn an_unknown_currency_shows_minor_units_marked_and_extremes_exactly() {
+        let balance = pb::Balance {
+            account_id: 1,
+            currency: "XAU".into(),
+            balance: i64::MIN,
+            ..pb::Balance::default()
+        };
+        let text = shown(&balance, "ledger.v1.Balance", Output::Table);
+        assert!(
+            text.contains("\nbalance                 -9223372036854775808 XAU (minor units)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nlimits                  -\n"),
+            "absent, not the defaults: {text}"
+        );
+        let account = pb::Account {
+            currency: "USD".into(),
+            balance: i64::MAX,
+            ..pb::Account::default()
+        };
+        let text = shown(&account, "ledger.v1.Account", Output::Table);
+        assert!(text.contains(" 92233720368547758.07 USD\n"), "{text}");
+    }
+
+    #[test]
+    fn a_list_is_a_table_a_row_per_item() {
+        let reply = pb::ListEntriesReply {
+            entries: vec![
+                entry(1, pb::EntryKind::Credit, 10_000, 10_000),
+                entry(2, pb::EntryKind::TransferOut, 5, 9_995),
+            ],
+            next_page_token: "more".into(),
+        };
+        assert_eq!(
+            shown(&reply, "ledger.v1.ListEntriesReply", Output::Table),
+            "ENTRY_ID  ACCOUNT_ID  KIND              AMOUNT  BALANCE_AFTER  IDEMPOTENCY_KEY\n\
+             \x20      1           1  CREDIT        100.00 USD     100.00 USD  k-1\n\
+             \x20      2           1  TRANSFER_OUT    0.05 USD      99.95 USD  k-2\n\
+             \n\
+             next_page_token         more\n"
+        );
+        let wide = shown(&reply, "ledger.v1.ListEntriesReply", Output::Wide);
+        let header = wide.lines().next().unwrap();
+        assert!(
+            header.contains("  CURRENCY  ")
+                && header.contains("  LEG  ")
+                && header.ends_with("  REVERSES_ENTRY_ID"),
+            "{header}"
+        );
+        assert!(wide.lines().nth(1).unwrap().contains("  -  "), "{wide}");
+        let json = shown(&reply, "ledger.v1.ListEntriesReply", Output::Json);
+        assert!(json.contains("\"amount\": \"10000\""), "{json}");
+        let empty = pb::ListHoldsReply::default();
+        assert_eq!(
+            shown(&empty, "ledger.v1.ListHoldsReply", Output::Table),
+            "no holds\n"
+        );
+    }
+
+    #[test]
+    fn a_stream_row_reads_as_a_table_row_does() {
+        let mut credit = entry(4, pb::EntryKind::Credit, 100, 250);
+        credit.sequence = 9;
+        let line = entry_line(&credit, Output::Table).unwrap();
+        assert_eq!(
+            line,
+            "9         4         1           CREDIT              1.00 USD          2.50 USD  \
+             -                            k-4\n"
+        );
+    }
 }

@@ -1,27 +1,33 @@
-//! A subcommand into its request, the call through the client, the answer
-//! printed, and the exit code: 0 success, 1 a final error, 75 (EX_TEMPFAIL) the
-//! budget spent with the outcome unknown.
+//! A parsed command line into its call, the answer printed, and the exit code:
+//! 0 success, 1 a final error, 2 a usage error, 75 (EX_TEMPFAIL) the budget
+//! spent with the outcome unknown. Every unary RPC takes the one path: its
+//! request encoded and called by method through the client (the typed calls'
+//! loop), its reply decoded through the method's reply type.
 
 use std::io::Write as _;
 use std::time::Duration;
 
-use clap::CommandFactory as _;
-use ledger_client::{Answer, Budget, Client, Error, pb};
+use ledger_client::{Budget, Client, Error};
+use prost::Message as _;
+use prost_reflect::{DynamicMessage, MethodDescriptor, Value};
 
-use crate::cli::{Cli, Command, Global, Output, WatchEntries};
+use crate::cli::{Cli, Command, Global, Output};
+use crate::contract::{self, KEY_FIELD};
 use crate::render;
 
 pub(crate) const OK: u8 = 0;
 pub(crate) const FAILED: u8 = 1;
+/// clap's code for a usage error: flags that make no request.
+pub(crate) const USAGE: u8 = 2;
 /// sysexits.h's EX_TEMPFAIL: try again later (with the printed key).
 pub(crate) const TEMPFAIL: u8 = 75;
 
-pub(crate) async fn run(cli: Cli) -> u8 {
+pub(crate) async fn run(cli: Cli, mut command_line: clap::Command) -> u8 {
     let Cli { global, command } = cli;
     if let Command::Completions { shell } = command {
         clap_complete::generate(
             shell,
-            &mut Cli::command(),
+            &mut command_line,
             "ledgerctl",
             &mut std::io::stdout(),
         );
@@ -34,116 +40,76 @@ pub(crate) async fn run(cli: Cli) -> u8 {
             return FAILED;
         }
     };
-    call(&client, command, global.output).await
-}
-
-/// One line per RPC: the request from the flags (and the key), the typed call,
-/// the reply's type for printing. A flat table that grows with the API.
-#[allow(clippy::too_many_lines)]
-async fn call(client: &Client, command: Command, out: Output) -> u8 {
     match command {
-        Command::OpenAccount(c) => {
-            let request = c.request();
-            show(
-                client.open_account(request).await,
-                "ledger.v1.OpenAccountReply",
-                out,
-            )
-        }
-        Command::Credit(c) => {
-            let request = c.credit();
-            show(client.credit(request).await, "ledger.v1.CreditReply", out)
-        }
-        Command::Charge(c) => {
-            let request = c.charge();
-            show(client.charge(request).await, "ledger.v1.ChargeReply", out)
-        }
-        Command::GetAccount(c) => show(
-            client.get_account(c.request()).await,
-            "ledger.v1.Account",
-            out,
-        ),
-        Command::GetBalance(c) => show(
-            client.get_balance(c.request()).await,
-            "ledger.v1.Balance",
-            out,
-        ),
-        Command::Transfer(c) => {
-            let request = c.request();
-            show(
-                client.transfer(request).await,
-                "ledger.v1.TransferReply",
-                out,
-            )
-        }
-        Command::Refund(c) => {
-            let request = c.request();
-            show(client.refund(request).await, "ledger.v1.RefundReply", out)
-        }
-        Command::PlaceHold(c) => {
-            let request = c.request();
-            show(
-                client.place_hold(request).await,
-                "ledger.v1.PlaceHoldReply",
-                out,
-            )
-        }
-        Command::CaptureHold(c) => {
-            let request = c.request();
-            show(
-                client.capture_hold(request).await,
-                "ledger.v1.CaptureHoldReply",
-                out,
-            )
-        }
-        Command::VoidHold(c) => {
-            let request = c.request();
-            show(
-                client.void_hold(request).await,
-                "ledger.v1.VoidHoldReply",
-                out,
-            )
-        }
-        Command::GetEntry(c) => show(client.get_entry(c.request()).await, "ledger.v1.Entry", out),
-        Command::ListEntries(c) => {
-            let reply = client.list_entries(c.request()).await;
-            show(reply, "ledger.v1.ListEntriesReply", out)
-        }
-        Command::GetHold(c) => show(client.get_hold(c.request()).await, "ledger.v1.Hold", out),
-        Command::LookupKey(c) => lookup(client.lookup_key(c.request()).await, out),
-        Command::Post(c) => {
-            let request = c.request();
-            show(client.post(request).await, "ledger.v1.PostReply", out)
-        }
-        Command::WatchEntries(c) => watch(client, &c, out).await,
-        Command::SearchEntries(c) => show(
-            client.search_entries(c.request()).await,
-            "ledger.v1.SearchEntriesReply",
-            out,
-        ),
-        Command::ListAccounts(c) => show(
-            client.list_accounts(c.request()).await,
-            "ledger.v1.ListAccountsReply",
-            out,
-        ),
-        Command::SetLimits(c) => {
-            let request = c.request();
-            show(
-                client.set_limits(request).await,
-                "ledger.v1.SetLimitsReply",
-                out,
-            )
-        }
-        Command::Reverse(c) => {
-            let request = c.request();
-            show(client.reverse(request).await, "ledger.v1.ReverseReply", out)
-        }
-        Command::ListHolds(c) => {
-            let reply = client.list_holds(c.request()).await;
-            show(reply, "ledger.v1.ListHoldsReply", out)
+        Command::Call { method, request } => call(&client, &method, request, global.output).await,
+        Command::Watch { request, limit } => watch(&client, &request, limit, global.output).await,
+        Command::Import { file, batch_size } => {
+            crate::import::import(&client, &file, batch_size, global.output).await
         }
         Command::Completions { .. } => OK,
     }
+}
+
+/// Any unary RPC: its request (with its key, for a keyed one) encoded and
+/// called by method through the client, its reply read through the method's
+/// reply type.
+async fn call(
+    client: &Client,
+    method: &MethodDescriptor,
+    mut request: DynamicMessage,
+    out: Output,
+) -> u8 {
+    let key = if contract::keyed(method) {
+        match key(&mut request) {
+            Ok(key) => Some(key),
+            Err(e) => {
+                eprintln!("ledgerctl: {e}");
+                return FAILED;
+            }
+        }
+    } else {
+        None
+    };
+    let bytes = request.encode_to_vec().into();
+    let answer = match client
+        .call_encoded(&contract::path(method), key, bytes)
+        .await
+    {
+        Ok(answer) => answer,
+        Err(e) => return failed(&e, out),
+    };
+    if answer.replayed {
+        eprintln!("replayed: the answer stored under this key by an earlier call");
+    }
+    match DynamicMessage::decode(method.output(), answer.reply)
+        .map_err(|e| format!("{}: {e}", method.output().full_name()))
+        .and_then(|reply| render::reply(&reply, out))
+    {
+        Ok(text) => print(&text),
+        Err(e) => {
+            eprintln!("ledgerctl: {e}");
+            FAILED
+        }
+    }
+}
+
+/// The call's key: the one given, or a new one, printed (to stderr) before
+/// the first attempt so that a caller who loses the answer, or this process,
+/// can retry with it.
+fn key(request: &mut DynamicMessage) -> Result<String, String> {
+    let given = request
+        .get_field_by_name(KEY_FIELD)
+        .and_then(|value| value.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    if !given.is_empty() {
+        return Ok(given);
+    }
+    let key = Client::new_key();
+    eprintln!("idempotency key: {key}");
+    request
+        .try_set_field_by_name(KEY_FIELD, Value::String(key.clone()))
+        .map_err(|e| e.to_string())?;
+    Ok(key)
 }
 
 fn connect(global: &Global) -> Result<Client, String> {
@@ -174,46 +140,26 @@ fn budget(timeout: Duration) -> Budget {
     }
 }
 
-fn show<M: prost::Message>(result: Result<Answer<M>, Error>, name: &str, out: Output) -> u8 {
-    match result {
-        Ok(answer) => {
-            if answer.replayed {
-                eprintln!("replayed: the answer stored under this key by an earlier call");
-            }
-            match render::dynamic(&answer.reply, name) {
-                Ok(reply) => print(&render::reply(&reply, out)),
-                Err(e) => {
-                    eprintln!("ledgerctl: {e}");
-                    FAILED
-                }
-            }
-        }
-        Err(e) => failed(&e, out),
-    }
-}
-
-fn lookup(result: Result<Answer<pb::KeyRecord>, Error>, out: Output) -> u8 {
-    match result {
-        Ok(answer) => match render::key_record(&answer.reply, out) {
-            Ok(text) => print(&text),
-            Err(e) => {
-                eprintln!("ledgerctl: {e}");
-                FAILED
-            }
-        },
-        Err(e) => failed(&e, out),
-    }
-}
+/// The fields of the watched stream's request that the watcher takes; a test
+/// holds the request to them, so a field added to it cannot go unsent.
+pub(crate) const WATCH_AFTER: &str = "after_sequence";
+pub(crate) const WATCH_ACCOUNT: &str = "account_id";
 
 /// Prints each entry as it arrives, through the resuming watcher, until Ctrl-C,
 /// `--limit` entries, or a final error.
-async fn watch(client: &Client, c: &WatchEntries, out: Output) -> u8 {
-    let mut watcher = client.watch(c.after_sequence, c.account_id);
-    if out == Output::Table && print(&render::entry_header()) != OK {
+async fn watch(client: &Client, request: &DynamicMessage, limit: Option<u64>, out: Output) -> u8 {
+    let field = |name: &str| {
+        request
+            .get_field_by_name(name)
+            .and_then(|value| value.as_u64())
+            .unwrap_or_default()
+    };
+    let mut watcher = client.watch(field(WATCH_AFTER), field(WATCH_ACCOUNT));
+    if out != Output::Json && print(&render::entry_header()) != OK {
         return FAILED;
     }
     let mut printed = 0_u64;
-    while c.limit.is_none_or(|limit| printed < limit) {
+    while limit.is_none_or(|limit| printed < limit) {
         let entry = tokio::select! {
             entry = watcher.next() => entry,
             _ = tokio::signal::ctrl_c() => return OK,

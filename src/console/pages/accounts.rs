@@ -4,13 +4,16 @@
 //! (`&page_token=`, bound to the pairs).
 
 use axum::extract::State;
-use axum::http::{StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
 
-use super::super::auth::{Viewer, query_value};
-use super::super::view::AccountView;
-use super::super::{Console, Nav, failure, html};
-use super::{form_fields, metadata_filter, search_address, tidied};
+use super::super::auth::Viewer;
+use super::super::failure;
+use super::super::frame::{Nav, html};
+use super::super::query::{Repeated, SearchQuery, Tidy, form_fields};
+use super::super::state::Console;
+use super::super::view::{AccountView, search_href};
+use crate::grpc::reads;
 use crate::proto::pb;
 
 #[derive(askama::Template)]
@@ -29,26 +32,31 @@ struct AccountsPage {
     next_page: Option<String>,
 }
 
-pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewer) -> Response {
-    if let Some(redirect) = tidied(&uri) {
-        return redirect;
-    }
-    let page_token = query_value(uri.query(), "page_token").unwrap_or_default();
+pub(crate) async fn page(
+    State(console): State<Console>,
+    viewer: Viewer,
+    _: Tidy,
+    Repeated(query): Repeated<SearchQuery>,
+) -> Response {
     let reader = console.reader();
-    let token = page_token.clone();
+    let client = viewer.client.clone();
     let answer = async {
-        let metadata = metadata_filter(uri.query())?;
+        let metadata = query.pairs()?;
         let request = pb::ListAccountsRequest {
             metadata: metadata.clone(),
             page_size: 0,
-            page_token: token,
+            page_token: query.page_token.clone(),
         };
         let reply = reader
             .serve(
                 &viewer.client,
                 &["ListAccounts"],
                 Console::call(),
-                |call| async move { reader.list_accounts(request, &call).await },
+                |call| async move {
+                    reader
+                        .read::<reads::ListAccounts>(request, &client, &call)
+                        .await
+                },
             )
             .await?;
         Ok((metadata, reply))
@@ -63,10 +71,10 @@ pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewe
         fields: form_fields(&metadata),
         filtered: !metadata.is_empty(),
         accounts: reply.accounts.iter().map(AccountView::from).collect(),
-        first_page: page_token.is_empty(),
-        first: search_address("/accounts", &metadata, &[]),
+        first_page: query.page_token.is_empty(),
+        first: search_href("/accounts", &metadata, &[]),
         next_page: (!reply.next_page_token.is_empty()).then(|| {
-            search_address(
+            search_href(
                 "/accounts",
                 &metadata,
                 &[("page_token", &reply.next_page_token)],

@@ -5,15 +5,18 @@
 //! POINT_NOT_REACHED, 409.
 
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
 use chrono::DateTime;
 
-use super::super::auth::{Viewer, query_value};
+use super::super::auth::Viewer;
+use super::super::failure;
+use super::super::frame::{Nav, html};
+use super::super::query::{Params, Tidy, id, invalid};
+use super::super::state::Console;
 use super::super::view::BalanceView;
-use super::super::{Console, Nav, failure, html};
-use super::{id, invalid, tidied};
 use crate::error::Error;
+use crate::grpc::reads;
 use crate::proto::pb;
 
 #[derive(askama::Template)]
@@ -26,22 +29,26 @@ struct BalancePage {
     as_of_time: String,
 }
 
+/// The point asked for; neither: now.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct Point {
+    #[serde(default)]
+    as_of_sequence: String,
+    #[serde(default)]
+    as_of_time: String,
+}
+
 pub(crate) async fn page(
     State(console): State<Console>,
     Path(raw): Path<String>,
-    uri: Uri,
     viewer: Viewer,
+    _: Tidy,
+    Params(point): Params<Point>,
 ) -> Response {
-    if let Some(redirect) = tidied(&uri) {
-        return redirect;
-    }
-    let given = |name| {
-        query_value(uri.query(), name)
-            .map(|v| v.trim().to_owned())
-            .unwrap_or_default()
-    };
-    let (as_of_sequence, as_of_time) = (given("as_of_sequence"), given("as_of_time"));
+    let as_of_sequence = point.as_of_sequence.trim().to_owned();
+    let as_of_time = point.as_of_time.trim().to_owned();
     let reader = console.reader();
+    let client = viewer.client.clone();
     let answer = async {
         let request = pb::GetBalanceRequest {
             account_id: id("account_id", &raw)?,
@@ -53,7 +60,11 @@ pub(crate) async fn page(
                 &viewer.client,
                 &["GetBalance"],
                 Console::call(),
-                |call| async move { reader.get_balance(request, &call).await },
+                |call| async move {
+                    reader
+                        .read::<reads::GetBalance>(request, &client, &call)
+                        .await
+                },
             )
             .await
     }

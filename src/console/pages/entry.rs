@@ -7,9 +7,12 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::super::auth::Viewer;
+use super::super::failure;
+use super::super::frame::{Nav, html};
+use super::super::query::id;
+use super::super::state::Console;
 use super::super::view::EntryView;
-use super::super::{Console, Nav, failure, html};
-use super::id;
+use crate::grpc::reads;
 use crate::proto::pb;
 
 #[derive(askama::Template)]
@@ -25,6 +28,7 @@ pub(crate) async fn page(
     viewer: Viewer,
 ) -> Response {
     let reader = console.reader();
+    let client = viewer.client.clone();
     let answer = async {
         let entry_id = id("entry_id", &raw)?;
         let request = pb::GetEntryRequest { entry_id };
@@ -33,7 +37,11 @@ pub(crate) async fn page(
                 &viewer.client,
                 &["GetEntry"],
                 Console::call(),
-                |call| async move { reader.get_entry(request, &call).await },
+                |call| async move {
+                    reader
+                        .read::<reads::GetEntry>(request, &client, &call)
+                        .await
+                },
             )
             .await
     }
@@ -43,7 +51,7 @@ pub(crate) async fn page(
             StatusCode::OK,
             &EntryPage {
                 nav: viewer.nav,
-                entry: EntryView::from(&entry),
+                entry: EntryView::seen_by(&entry, &viewer.client.namespace),
             },
         ),
         Err(e) => failure::page(&e, viewer.nav),

@@ -9,7 +9,8 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::Health as _;
 
-use super::super::{Console, Nav, html};
+use super::super::frame::{Nav, html};
+use super::super::state::Console;
 
 #[derive(askama::Template)]
 #[template(path = "health.html")]
@@ -27,7 +28,7 @@ pub(crate) async fn page(State(console): State<Console>) -> Response {
         let request = tonic::Request::new(HealthCheckRequest {
             service: service.to_owned(),
         });
-        let status = match console.inner.health.check(request).await {
+        let status = match console.health().check(request).await {
             Ok(answer) => answer.into_inner().status(),
             Err(_) => ServingStatus::ServiceUnknown,
         };

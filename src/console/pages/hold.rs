@@ -7,9 +7,12 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::super::auth::Viewer;
+use super::super::failure;
+use super::super::frame::{Nav, html};
+use super::super::query::id;
+use super::super::state::Console;
 use super::super::view::HoldView;
-use super::super::{Console, Nav, failure, html};
-use super::id;
+use crate::grpc::reads;
 use crate::proto::pb;
 
 #[derive(askama::Template)]
@@ -27,6 +30,7 @@ pub(crate) async fn page(
     viewer: Viewer,
 ) -> Response {
     let reader = console.reader();
+    let client = viewer.client.clone();
     let answer = async {
         let hold_id = id("hold_id", &raw)?;
         reader
@@ -36,7 +40,7 @@ pub(crate) async fn page(
                 Console::call(),
                 |call| async move {
                     let hold = reader
-                        .get_hold(pb::GetHoldRequest { hold_id }, &call)
+                        .read::<reads::GetHold>(pb::GetHoldRequest { hold_id }, &client, &call)
                         .await?;
                     let capture = if hold.state() == pb::HoldState::Captured {
                         reader.capture_of(hold_id, &call).await?
@@ -54,7 +58,7 @@ pub(crate) async fn page(
             StatusCode::OK,
             &HoldPage {
                 nav: viewer.nav,
-                hold: HoldView::from(&hold),
+                hold: HoldView::seen_by(&hold, &viewer.client.namespace),
                 capture,
             },
         ),

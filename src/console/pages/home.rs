@@ -7,13 +7,16 @@
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::{StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse as _, Redirect, Response};
 
-use super::super::auth::{Viewer, query_value};
-use super::super::view::AccountView;
-use super::super::{Console, Nav, failure, html};
-use super::{form_fields, id, search_address};
+use super::super::auth::Viewer;
+use super::super::failure;
+use super::super::frame::{Nav, html};
+use super::super::query::{Params, form_fields, id};
+use super::super::state::Console;
+use super::super::view::{AccountView, search_href};
+use crate::grpc::reads;
 use crate::proto::pb;
 
 #[derive(askama::Template)]
@@ -31,6 +34,7 @@ struct HomePage {
 
 pub(crate) async fn page(State(console): State<Console>, viewer: Viewer) -> Response {
     let reader = console.reader();
+    let client = viewer.client.clone();
     let listed = if viewer.client.may_call("ListAccounts") {
         let request = pb::ListAccountsRequest::default();
         let read = reader
@@ -38,7 +42,11 @@ pub(crate) async fn page(State(console): State<Console>, viewer: Viewer) -> Resp
                 &viewer.client,
                 &["ListAccounts"],
                 Console::call(),
-                |call| async move { reader.list_accounts(request, &call).await },
+                |call| async move {
+                    reader
+                        .read::<reads::ListAccounts>(request, &client, &call)
+                        .await
+                },
             )
             .await;
         match read {
@@ -52,7 +60,7 @@ pub(crate) async fn page(State(console): State<Console>, viewer: Viewer) -> Resp
     let next_page = listed
         .as_ref()
         .filter(|r| !r.next_page_token.is_empty())
-        .map(|r| search_address("/accounts", &none, &[("page_token", &r.next_page_token)]));
+        .map(|r| search_href("/accounts", &none, &[("page_token", &r.next_page_token)]));
     let page = HomePage {
         nav: viewer.nav,
         accounts: listed.map(|r| r.accounts.iter().map(AccountView::from).collect()),
@@ -63,17 +71,27 @@ pub(crate) async fn page(State(console): State<Console>, viewer: Viewer) -> Resp
     html(StatusCode::OK, &page)
 }
 
+/// What `/find` is asked for: one of the home page's forms' ids.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct Find {
+    #[serde(rename = "account_id")]
+    account: Option<String>,
+    #[serde(rename = "entry_id")]
+    entry: Option<String>,
+    #[serde(rename = "hold_id")]
+    hold: Option<String>,
+}
+
 /// `/find?account_id=N` (or `entry_id`, `hold_id`): a redirect to its page.
-pub(crate) async fn find(uri: Uri, viewer: Viewer) -> Response {
-    let query = uri.query();
+pub(crate) async fn find(viewer: Viewer, Params(asked): Params<Find>) -> Response {
     let target = [
-        ("account_id", "/accounts"),
-        ("entry_id", "/entries"),
-        ("hold_id", "/holds"),
+        ("account_id", asked.account, "/accounts"),
+        ("entry_id", asked.entry, "/entries"),
+        ("hold_id", asked.hold, "/holds"),
     ]
     .into_iter()
-    .find_map(|(field, path)| {
-        let raw = query_value(query, field).filter(|v| !v.trim().is_empty())?;
+    .find_map(|(field, raw, path)| {
+        let raw = raw.filter(|v| !v.trim().is_empty())?;
         Some(id(field, &raw).map(|n| format!("{path}/{n}")))
     });
     match target {

@@ -1,25 +1,28 @@
 //! `/keys?key=KEY`: what happened under a key in the reader's namespace
-//! (LookupKey): the method, when, and its stored outcome, decoded. A reply is
-//! read as its method's reply message, through the contract's descriptors (so a
-//! method added to the proto shows without a change here), field by field, each
-//! id a link; a decline shows its code, reason, message and metadata.
-
-use std::sync::OnceLock;
+//! (LookupKey): the method, when, and its stored outcome, decoded (`stored`): a
+//! reply as the pages show what it holds, its entries as a journal's table (a
+//! post's legs, a transfer's two sides, one row each), an account or a hold
+//! with the figures of its own page; a decline's code, reason, message and
+//! metadata, its amounts in the currency of the account, entry or hold it
+//! names, where the reader may read that.
 
 use axum::extract::State;
-use axum::http::{StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
-use prost::Message as _;
-use prost_reflect::{
-    DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMessage as _, Value,
-};
 use tonic_types::StatusExt as _;
 
-use super::super::auth::{Viewer, query_value};
-use super::super::view::{key_href, time};
-use super::super::{Console, Nav, failure, html};
+use super::super::auth::Viewer;
+use super::super::failure;
+use super::super::frame::{Nav, html};
+use super::super::query::Params;
+use super::super::state::Console;
+use super::super::stored::{self, Decline, Reply};
+use super::super::view::time;
+use crate::call::Call;
 use crate::error::Error;
-use crate::proto::{code_name, pb};
+use crate::grpc::auth::Client;
+use crate::grpc::{Reader, reads};
+use crate::proto::pb;
 
 #[derive(askama::Template)]
 #[template(path = "key.html")]
@@ -38,33 +41,22 @@ struct Record {
 }
 
 enum Outcome {
-    /// The stored reply, one row per field.
-    Reply(Vec<Row>),
+    Reply(Reply),
     Decline(Decline),
 }
 
-/// A stored decline's status.
-struct Decline {
-    code: &'static str,
-    message: String,
-    reason: String,
-    domain: String,
-    metadata: Vec<(String, String)>,
-    /// Other details: field violations, and the like.
-    details: Vec<String>,
+/// The key asked about; none: the form alone.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct Asked {
+    #[serde(default)]
+    key: String,
 }
 
-/// One field of a decoded reply, indented by its depth.
-struct Row {
-    depth: usize,
-    name: String,
-    value: String,
-    /// The page of the id, key or entry the value names.
-    href: Option<String>,
-}
-
-pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewer) -> Response {
-    let key = query_value(uri.query(), "key").unwrap_or_default();
+pub(crate) async fn page(
+    State(console): State<Console>,
+    viewer: Viewer,
+    Params(Asked { key }): Params<Asked>,
+) -> Response {
     if key.is_empty() {
         let page = KeyPage {
             nav: viewer.nav,
@@ -84,8 +76,10 @@ pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewe
             &["LookupKey"],
             Console::call(),
             |call| async move {
-                let record = reader.lookup_key(request, &client, &call).await?;
-                shown(&record)
+                let record = reader
+                    .read::<reads::LookupKey>(request, &client, &call)
+                    .await?;
+                shown(&record, reader, &client, &call).await
             },
         )
         .await;
@@ -102,16 +96,25 @@ pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewe
     }
 }
 
-fn shown(record: &pb::KeyRecord) -> Result<Record, Error> {
+async fn shown(
+    record: &pb::KeyRecord,
+    reader: &Reader,
+    client: &Client,
+    call: &Call,
+) -> Result<Record, Error> {
     let outcome = match &record.outcome {
         Some(pb::key_record::Outcome::Reply(bytes)) => {
-            let message = DynamicMessage::decode(reply_type(&record.method)?, bytes.as_slice())
-                .map_err(|e| Error::internal(format!("a stored reply does not decode: {e}")))?;
-            let mut rows = Vec::new();
-            fields(&message, 0, &mut rows);
-            Outcome::Reply(rows)
+            Outcome::Reply(stored::reply(&record.method, bytes, &client.namespace)?)
         }
-        Some(pb::key_record::Outcome::Error(status)) => Outcome::Decline(decline(status)),
+        Some(pb::key_record::Outcome::Error(declined)) => {
+            let status = stored::status(declined);
+            let named = status
+                .get_details_error_info()
+                .map(|info| info.metadata)
+                .unwrap_or_default();
+            let currency = currency_of(&named, reader, client, call).await?;
+            Outcome::Decline(stored::decline(&status, currency.as_deref()))
+        }
         None => return Err(Error::internal("a key record without an outcome")),
     };
     Ok(Record {
@@ -121,192 +124,46 @@ fn shown(record: &pb::KeyRecord) -> Result<Record, Error> {
     })
 }
 
-fn decline(stored: &tonic_types::pb::Status) -> Decline {
-    let status = tonic::Status::with_details(
-        tonic::Code::from_i32(stored.code),
-        stored.message.clone(),
-        stored.encode_to_vec().into(),
-    );
-    let details = status.get_error_details();
-    let (reason, domain, mut metadata) = details.error_info().map_or_else(
-        || (String::new(), String::new(), Vec::new()),
-        |info| {
-            let metadata: Vec<(String, String)> = info.metadata.clone().into_iter().collect();
-            (info.reason.clone(), info.domain.clone(), metadata)
-        },
-    );
-    metadata.sort();
-    let mut other = Vec::new();
-    if let Some(bad) = details.bad_request() {
-        for v in &bad.field_violations {
-            other.push(format!("{}: {}", v.field, v.description));
-        }
-    }
-    if let Some(retry) = details.retry_info().and_then(|r| r.retry_delay) {
-        other.push(format!("retry after {retry:?}"));
-    }
-    Decline {
-        code: code_name(status.code()),
-        message: status.message().to_owned(),
-        reason,
-        domain,
-        metadata,
-        details: other,
-    }
-}
-
-/// The contract's descriptors, with the well-known types it imports.
-fn pool() -> Result<&'static DescriptorPool, Error> {
-    static POOL: OnceLock<Result<DescriptorPool, String>> = OnceLock::new();
-    POOL.get_or_init(|| DescriptorPool::decode(pb::FILE_DESCRIPTOR_SET).map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| Error::internal(format!("the contract's descriptors: {e}")))
-}
-
-/// The reply message of a full method name (`/ledger.v1.Ledger/Charge`).
-fn reply_type(method: &str) -> Result<MessageDescriptor, Error> {
-    let name = method.rsplit('/').next().unwrap_or_default();
-    pool()?
-        .get_service_by_name("ledger.v1.Ledger")
-        .and_then(|service| service.methods().find(|m| m.name() == name))
-        .map(|m| m.output())
-        .ok_or_else(|| Error::internal(format!("no method {method} in the contract")))
-}
-
-/// The fields of `message` that are set, in the proto's order, nested messages
-/// below their name; timestamps and durations on one row.
-fn fields(message: &DynamicMessage, depth: usize, rows: &mut Vec<Row>) {
-    for (field, value) in message.fields() {
-        let name = field.name();
-        match value {
-            Value::List(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    field_row(&format!("{name}[{i}]"), name, item, &field, depth, rows);
-                }
-            }
-            other => field_row(name, name, other, &field, depth, rows),
-        }
-    }
-}
-
-fn field_row(
-    label: &str,
-    name: &str,
-    value: &Value,
-    field: &prost_reflect::FieldDescriptor,
-    depth: usize,
-    rows: &mut Vec<Row>,
-) {
-    let row = |value: String, href: Option<String>| Row {
-        depth,
-        name: label.to_owned(),
-        value,
-        href,
+/// The currency of a decline's amounts: that of the account it names, else of
+/// the entry, else of the hold, read if the reader is granted that read; `None`
+/// if it names none of those, the reader may not read it, or it does not exist
+/// (an unknown account's decline names it).
+async fn currency_of(
+    named: &std::collections::HashMap<String, String>,
+    reader: &Reader,
+    client: &Client,
+    call: &Call,
+) -> Result<Option<String>, Error> {
+    let id = |name: &str, grant: &str| {
+        let id = named.get(name)?.parse::<u64>().ok()?;
+        client.may_call(grant).then_some(id)
     };
-    match value {
-        Value::Message(inner) => match inner.descriptor().full_name() {
-            "google.protobuf.Timestamp" => {
-                let at = inner.transcode_to::<prost_types::Timestamp>().ok();
-                rows.push(row(time(at.as_ref()), None));
-            }
-            "google.protobuf.Duration" => {
-                let text = inner
-                    .transcode_to::<prost_types::Duration>()
-                    .map_or_else(|e| e.to_string(), |d| d.to_string());
-                rows.push(row(text, None));
-            }
-            _ => {
-                rows.push(row(String::new(), None));
-                fields(inner, depth + 1, rows);
-            }
-        },
-        Value::U64(id) => rows.push(row(id.to_string(), link(name, *id))),
-        Value::String(text) if name == "idempotency_key" => {
-            rows.push(row(text.clone(), Some(key_href(text))));
-        }
-        other => rows.push(row(scalar(other, field), None)),
-    }
-}
-
-/// The page of an id, by the field that holds it.
-fn link(field: &str, id: u64) -> Option<String> {
-    if id == 0 {
-        return None;
-    }
-    let path = match field {
-        "account_id" | "counterparty_account_id" | "from_account_id" | "to_account_id" => {
-            "accounts"
-        }
-        "entry_id" | "refunded_entry_id" | "reverses_entry_id" => "entries",
-        "hold_id" => "holds",
-        _ => return None,
+    let read = if let Some(account_id) = id("account_id", "GetAccount") {
+        let request = pb::GetAccountRequest { account_id };
+        reader
+            .read::<reads::GetAccount>(request, client, call)
+            .await
+            .map(|a| a.currency)
+    } else if let Some(entry_id) = id("entry_id", "GetEntry") {
+        let request = pb::GetEntryRequest { entry_id };
+        reader
+            .read::<reads::GetEntry>(request, client, call)
+            .await
+            .map(|e| e.currency)
+    } else if let Some(hold_id) = id("hold_id", "GetHold") {
+        let request = pb::GetHoldRequest { hold_id };
+        reader
+            .read::<reads::GetHold>(request, client, call)
+            .await
+            .map(|h| h.currency)
+    } else {
+        return Ok(None);
     };
-    Some(format!("/{path}/{id}"))
-}
-
-fn scalar(value: &Value, field: &prost_reflect::FieldDescriptor) -> String {
-    match value {
-        Value::EnumNumber(number) => field
-            .kind()
-            .as_enum()
-            .and_then(|e| e.get_value(*number))
-            .map_or_else(|| number.to_string(), |v| v.name().to_owned()),
-        Value::String(text) => text.clone(),
-        Value::Bytes(bytes) => format!("{} bytes", bytes.len()),
-        Value::Bool(b) => b.to_string(),
-        Value::I32(n) => n.to_string(),
-        Value::I64(n) => n.to_string(),
-        Value::U32(n) => n.to_string(),
-        Value::U64(n) => n.to_string(),
-        Value::F32(n) => n.to_string(),
-        Value::F64(n) => n.to_string(),
-        other => format!("{other:?}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A stored charge reply reads back field by field, its ids and key linked.
-    #[test]
-    fn a_stored_reply_is_decoded_by_its_method() {
-        let reply = pb::ChargeReply {
-            entry: Some(pb::Entry {
-                entry_id: 12,
-                account_id: 3,
-                kind: pb::EntryKind::Charge.into(),
-                amount: 30,
-                currency: "USD".into(),
-                balance_after: 70,
-                idempotency_key: "req 42".into(),
-                ..pb::Entry::default()
-            }),
-        };
-        let record = pb::KeyRecord {
-            idempotency_key: "req 42".into(),
-            method: "/ledger.v1.Ledger/Charge".into(),
-            created_at: None,
-            outcome: Some(pb::key_record::Outcome::Reply(reply.encode_to_vec())),
-        };
-        let Outcome::Reply(rows) = shown(&record).unwrap().outcome else {
-            panic!("a reply");
-        };
-        let find = |name: &str| rows.iter().find(|r| r.name == name).unwrap();
-        assert_eq!(find("entry").depth, 0);
-        assert_eq!(
-            (
-                find("entry_id").value.as_str(),
-                find("entry_id").href.as_deref()
-            ),
-            ("12", Some("/entries/12"))
-        );
-        assert_eq!(find("account_id").href.as_deref(), Some("/accounts/3"));
-        assert_eq!(find("kind").value, "ENTRY_KIND_CHARGE");
-        assert_eq!(find("balance_after").value, "70");
-        assert_eq!(
-            find("idempotency_key").href.as_deref(),
-            Some("/keys?key=req+42")
-        );
+    match read {
+        Ok(currency) => Ok(Some(currency)),
+        Err(Error::AccountNotFound(_) | Error::EntryNotFound(_) | Error::HoldNotFound(_)) => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }

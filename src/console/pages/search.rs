@@ -5,14 +5,17 @@
 //! pairs and the account). Without a pair, the search form alone.
 
 use axum::extract::State;
-use axum::http::{StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
 
-use super::super::auth::{Viewer, query_value};
-use super::super::view::EntryView;
-use super::super::{Console, Nav, failure, html};
-use super::{form_fields, id, metadata_filter, search_address, tidied};
+use super::super::auth::Viewer;
+use super::super::failure;
+use super::super::frame::{Nav, html};
+use super::super::query::{Repeated, SearchQuery, Tidy, form_fields, id};
+use super::super::state::Console;
+use super::super::view::{EntryView, search_href};
 use crate::error::Error;
+use crate::grpc::reads;
 use crate::proto::pb;
 
 #[derive(askama::Template)]
@@ -32,19 +35,17 @@ struct SearchPage {
     next_page: Option<String>,
 }
 
-pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewer) -> Response {
-    if let Some(redirect) = tidied(&uri) {
-        return redirect;
-    }
-    let query = uri.query();
-    let page_token = query_value(query, "page_token").unwrap_or_default();
-    let account = query_value(query, "account_id")
-        .map(|a| a.trim().to_owned())
-        .unwrap_or_default();
+pub(crate) async fn page(
+    State(console): State<Console>,
+    viewer: Viewer,
+    _: Tidy,
+    Repeated(query): Repeated<SearchQuery>,
+) -> Response {
+    let account = query.account_id.trim().to_owned();
     let reader = console.reader();
-    let token = page_token.clone();
+    let client = viewer.client.clone();
     let answer = async {
-        let metadata = metadata_filter(query)?;
+        let metadata = query.pairs()?;
         let account_id = match account.as_str() {
             "" => 0,
             raw => id("account_id", raw)?,
@@ -56,14 +57,18 @@ pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewe
             metadata: metadata.clone(),
             account_id,
             page_size: 0,
-            page_token: token,
+            page_token: query.page_token.clone(),
         };
         let reply = reader
             .serve(
                 &viewer.client,
                 &["SearchEntries"],
                 Console::call(),
-                |call| async move { reader.search_entries(request, &call).await },
+                |call| async move {
+                    reader
+                        .read::<reads::SearchEntries>(request, &client, &call)
+                        .await
+                },
             )
             .await?;
         Ok((metadata, Some(reply)))
@@ -81,15 +86,21 @@ pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewe
                 ("account_id", account.as_str()),
                 ("page_token", &r.next_page_token),
             ];
-            search_address("/entries", &metadata, &more)
+            search_href("/entries", &metadata, &more)
         });
     let page = SearchPage {
         nav: viewer.nav,
         fields: form_fields(&metadata),
-        first: search_address("/entries", &metadata, &[("account_id", &account)]),
+        first: search_href("/entries", &metadata, &[("account_id", &account)]),
         account,
-        entries: reply.map(|r| r.entries.iter().map(EntryView::from).collect()),
-        first_page: page_token.is_empty(),
+        entries: reply.map(|r| {
+            let viewer = &viewer.client.namespace;
+            r.entries
+                .iter()
+                .map(|e| EntryView::seen_by(e, viewer))
+                .collect()
+        }),
+        first_page: query.page_token.is_empty(),
         next_page,
     };
     html(StatusCode::OK, &page)

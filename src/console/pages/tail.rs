@@ -11,17 +11,20 @@ use std::time::Duration;
 
 use askama::Template as _;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse as _, Response};
 use futures::Stream;
 
-use super::super::auth::{Viewer, query_value};
+use super::super::auth::Viewer;
+use super::super::failure;
+use super::super::frame::{Nav, html};
+use super::super::query::{Params, id};
+use super::super::state::Console;
 use super::super::view::EntryView;
-use super::super::{Console, Nav, failure, html};
-use super::id;
 use crate::db::Entries;
 use crate::error::Error;
+use crate::ledger::Namespace;
 use crate::proto::pb;
 
 /// How soon a browser reconnects after the stream breaks (the SSE `retry`).
@@ -46,12 +49,21 @@ struct TailRow {
     entry: EntryView,
 }
 
-/// The account named by `?account_id=`, if any.
-fn account(uri: &Uri) -> Result<Option<u64>, Error> {
-    query_value(uri.query(), "account_id")
-        .filter(|raw| !raw.trim().is_empty())
-        .map(|raw| id("account_id", &raw))
-        .transpose()
+/// What a tail follows: `?account_id=` (none: every account), and for its
+/// events, `after=` a sequence.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct Followed {
+    #[serde(default)]
+    account_id: String,
+    after: Option<String>,
+}
+
+impl Followed {
+    /// The account named, if any.
+    fn account(&self) -> Result<Option<u64>, Error> {
+        let raw = self.account_id.trim();
+        (!raw.is_empty()).then(|| id("account_id", raw)).transpose()
+    }
 }
 
 /// The tail's watcher, as WatchEntries opens one (a grant of its own, the
@@ -69,14 +81,18 @@ async fn watch(
         after_sequence: after,
         account_id,
     };
-    console.reader().watch_entries(&request).await
+    console.reader().watch(&request).await
 }
 
-pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewer) -> Response {
+pub(crate) async fn page(
+    State(console): State<Console>,
+    viewer: Viewer,
+    Params(followed): Params<Followed>,
+) -> Response {
     let after = console.reader().assigned();
     // Opened and dropped: the page answers as WatchEntries would (403, 404, 503)
     // before the browser opens the stream.
-    let checked = match account(&uri) {
+    let checked = match followed.account() {
         Ok(account) => watch(&console, &viewer, account.unwrap_or(0), after)
             .await
             .map(|_| account),
@@ -103,20 +119,22 @@ pub(crate) async fn page(State(console): State<Console>, uri: Uri, viewer: Viewe
 /// the browser sends one (it resumes), else after `N`.
 pub(crate) async fn events(
     State(console): State<Console>,
-    uri: Uri,
     headers: HeaderMap,
     viewer: Viewer,
+    Params(followed): Params<Followed>,
 ) -> Response {
     let resumed = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let opened = async {
-        let account = account(&uri)?;
+        let account = followed.account()?;
         let after = match resumed {
             Some(after) => after,
-            None => query_value(uri.query(), "after")
-                .map(|raw| id("after", &raw))
+            None => followed
+                .after
+                .as_deref()
+                .map(|raw| id("after", raw))
                 .transpose()?
                 .unwrap_or_else(|| console.reader().assigned()),
         };
@@ -124,33 +142,37 @@ pub(crate) async fn events(
     }
     .await;
     match opened {
-        Ok(entries) => Sse::new(stream(entries))
+        Ok(entries) => Sse::new(stream(entries, viewer.client.namespace))
             .keep_alive(KeepAlive::default())
             .into_response(),
         Err(e) => failure::page(&e, viewer.nav),
     }
 }
 
-/// The watcher's entries as events; the stream ends where the watcher does (at
-/// shutdown, the browser then reconnects elsewhere or later).
-fn stream(entries: Entries) -> impl Stream<Item = Result<Event, Infallible>> {
+/// The watcher's entries as events, as `viewer` sees them; the stream ends where
+/// the watcher does (at shutdown, the browser then reconnects elsewhere or
+/// later).
+fn stream(entries: Entries, viewer: Namespace) -> impl Stream<Item = Result<Event, Infallible>> {
     let first = Event::default().retry(RECONNECT).comment("following");
-    let rest = futures::stream::unfold(entries, |mut entries| async move {
-        match entries.recv().await? {
-            Ok(entry) => Some((Ok(event(&entry)), entries)),
-            Err(error) => {
-                tracing::info!(error = error.label(), "console tail ended");
-                None
+    let rest = futures::stream::unfold(entries, move |mut entries| {
+        let viewer = viewer.clone();
+        async move {
+            match entries.recv().await? {
+                Ok(entry) => Some((Ok(event(&entry, &viewer)), entries)),
+                Err(error) => {
+                    tracing::info!(error = error.label(), "console tail ended");
+                    None
+                }
             }
         }
     });
     futures::StreamExt::chain(futures::stream::once(async { Ok(first) }), rest)
 }
 
-fn event(entry: &crate::ledger::Entry) -> Event {
+fn event(entry: &crate::ledger::Entry, viewer: &Namespace) -> Event {
     let message = crate::ops::entry_message(entry);
     let row = TailRow {
-        entry: EntryView::from(&message),
+        entry: EntryView::seen_by(&message, viewer),
     };
     let data = row.render().unwrap_or_default().replace('\n', "");
     Event::default()

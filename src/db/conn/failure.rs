@@ -54,6 +54,10 @@ mod code {
     pub(super) const QUERY_INTERRUPTED: u32 = 1317;
     /// MariaDB: `KILL` of the connection from an administrator.
     pub(super) const CONNECTION_KILLED: u32 = 1927;
+    /// MariaDB: `max_statement_time` stopped the statement.
+    pub(super) const STATEMENT_TIMEOUT: u32 = 1969;
+    /// MySQL: `MAX_EXECUTION_TIME` stopped the statement.
+    pub(super) const QUERY_TIMEOUT: u32 = 3024;
     /// MySQL: the server closed an idle connection.
     pub(super) const CLIENT_INTERACTION_TIMEOUT: u32 = 4031;
 }
@@ -214,6 +218,13 @@ fn by_code(code: u32, step: Step, lock_wait: Duration, message: &str) -> Attempt
         }),
         code::DUPLICATE_ENTRY if step == Step::Commit => {
             AttemptError::KeyOnEffect(format!("{step:?}: error {code}: {message}"))
+        }
+        // Only a read bounded by its call's time left (`tx::within`) is
+        // stopped for time: the call's deadline has come, or nearly.
+        code::STATEMENT_TIMEOUT | code::QUERY_TIMEOUT => {
+            AttemptError::Final(Error::DeadlineExceeded {
+                recorded: Recorded::Nothing,
+            })
         }
         // The node cannot take this transaction now: another connection (to
         // another node, routed by account) is tried.

@@ -10,6 +10,7 @@ use super::pool::{self, CheckoutError, Pooled};
 use super::sql::{Bind, Sql};
 use super::tx::Tx;
 use crate::call::{Call, whole_secs};
+use crate::error::{Error, Recorded};
 
 /// The share of a call's remaining time it may spend waiting for a connection.
 const CHECKOUT_SHARE: f64 = 0.8;
@@ -29,6 +30,13 @@ pub(crate) async fn checkout<'a>(
             CheckoutError::Unreachable(reason) => AttemptError::ConnectionLost(reason),
             CheckoutError::TimedOut => AttemptError::NoConnection(e.to_string()),
         })
+}
+
+/// A connection of the read pool for one plain read, within the call's deadline.
+pub(crate) async fn plain<'a>(pool: &'a pool::Pool, call: &Call) -> Result<Pooled<'a>, Error> {
+    checkout(pool, call)
+        .await
+        .map_err(|e| e.into_error(1, Recorded::Nothing))
 }
 
 /// A session's lock wait for one call (SPEC 3.2.7). Connections rest at the

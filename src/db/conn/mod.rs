@@ -12,14 +12,18 @@
 //! - `membership`: whether each node is in its cluster's primary component, asked
 //!   by the health check; the routing passes over a node that is not.
 //! - `lease`: a connection for one call, within its deadline and lock wait.
+//! - `limits`: the bounds on waiting and retrying, set at start.
+//! - `backoff`: the waits between the attempts of a transaction retried whole.
 //! - `tx`: one transaction, every round trip of it bounded; one plain read.
 //! - `failure`: classification of failed statements by MySQL error code.
 //! - `sql`: statements as text, and their bound values.
 
+pub(crate) mod backoff;
 pub mod cluster;
 pub mod connection;
 pub(crate) mod failure;
 pub(crate) mod lease;
+pub mod limits;
 pub mod membership;
 pub mod pool;
 pub mod route;

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use super::cluster;
 use super::connection::{Conn, connect};
 use super::self_check::{self, Expect, Kind};
+use super::tx::READ_BOUND;
 
 type Manager = AsyncDieselConnectionManager<Conn>;
 pub type Pooled<'a> = bb8::PooledConnection<'a, Manager>;
@@ -117,6 +118,9 @@ pub enum Role {
     /// configured bound, so only a call with a shorter deadline changes it.
     Keyed { lock_wait_secs: u64 },
     /// Plain reads and health checks, in autocommit, so no read holds a snapshot.
+    /// On MariaDB every statement of the session is stopped by the server after
+    /// [`READ_BOUND`] (`max_statement_time`, in an executable comment MySQL
+    /// skips; there each read carries its hint, `Sql::hinted_only`).
     Reads,
 }
 
@@ -129,7 +133,15 @@ impl Role {
                  time_zone = '+00:00'; \
                  SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"
             ),
-            Self::Reads => "SET SESSION autocommit = 1, time_zone = '+00:00'".to_owned(),
+            Self::Reads => {
+                let millis = READ_BOUND.as_millis();
+                format!(
+                    "SET SESSION autocommit = 1, time_zone = '+00:00' \
+                     /*M!100301 , max_statement_time = {}.{:03} */",
+                    millis / 1000,
+                    millis % 1000
+                )
+            }
         }
     }
 

@@ -62,6 +62,35 @@ impl<'a> Sql<'a> {
         &self.text
     }
 
+    /// The statement stopped by the server after `millis` milliseconds, on
+    /// either engine: MariaDB runs what its executable comment holds (`SET
+    /// STATEMENT max_statement_time`) and takes `/*+ ... */` for a comment;
+    /// MySQL takes the first for a comment and the second for its hint. Only a
+    /// `SELECT` takes them: other statements are left as they are.
+    pub(crate) fn bounded(self, millis: u64) -> Self {
+        let set = format!(
+            "/*M!100301 SET STATEMENT max_statement_time={}.{:03} FOR */ ",
+            millis / 1000,
+            millis % 1000
+        );
+        self.hinted(&set, millis)
+    }
+
+    /// The statement stopped by MySQL after `millis` milliseconds (its
+    /// `MAX_EXECUTION_TIME` hint; a comment to MariaDB, whose read sessions
+    /// carry the same bound, `pool::Role::Reads`). No variable is set and
+    /// restored around each run, as `SET STATEMENT` would.
+    pub(crate) fn hinted_only(self, millis: u64) -> Self {
+        self.hinted("", millis)
+    }
+
+    fn hinted(mut self, before: &str, millis: u64) -> Self {
+        if let Some(rest) = self.text.strip_prefix("SELECT ") {
+            self.text = format!("{before}SELECT /*+ MAX_EXECUTION_TIME({millis}) */ {rest}");
+        }
+        self
+    }
+
     pub(crate) fn bind(mut self, value: Bind<'a>) -> Self {
         self.binds.push(value);
         self

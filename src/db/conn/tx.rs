@@ -229,14 +229,66 @@ impl Drop for Tx<'_> {
 }
 
 /// The longest a plain read may go unanswered: it takes no locks.
-const READ_BOUND: Duration = ANSWER_MARGIN;
+pub(crate) const READ_BOUND: Duration = ANSWER_MARGIN;
 
-/// Runs a read on a read-pool connection.
+tokio::task_local! {
+    /// The deadline of the read call this task answers ([`within`]).
+    static READ_DEADLINE: Option<tokio::time::Instant>;
+}
+
+/// Runs the read `read` of a call whose deadline is `deadline`: each read
+/// statement it sends ([`load`]) is stopped by the server when the time left
+/// runs out, so none runs on after its caller has been answered
+/// DEADLINE_EXCEEDED.
+pub(crate) async fn within<F: Future>(
+    deadline: Option<tokio::time::Instant>,
+    read: F,
+) -> F::Output {
+    READ_DEADLINE.scope(deadline, read).await
+}
+
+/// The milliseconds a read statement sent now may run on the server, when the
+/// call's deadline ([`within`]) comes before [`READ_BOUND`]; `None` without a
+/// deadline or with more time left; past the deadline, DEADLINE_EXCEEDED.
+fn time_left() -> Result<Option<u64>, Error> {
+    let Some(deadline) = READ_DEADLINE.try_with(|d| *d).ok().flatten() else {
+        return Ok(None);
+    };
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if left >= READ_BOUND {
+        return Ok(None);
+    }
+    match u64::try_from(left.as_millis()) {
+        Ok(0) | Err(_) => Err(Error::DeadlineExceeded {
+            recorded: Recorded::Nothing,
+        }),
+        Ok(millis) => Ok(Some(millis)),
+    }
+}
+
+/// Runs a read on a read-pool connection, stopped by the server after
+/// [`READ_BOUND`] or when its call's deadline comes ([`within`]), whichever is
+/// first. Bounded by [`READ_BOUND`], a statement is prepared and kept per
+/// connection as ever (one text), and on MariaDB bounded by its session
+/// (`pool::Role::Reads`); bounded by the time left, it is sent with its
+/// values written in, unprepared: its text changes from call to call, and
+/// kept, such texts would pile up on the server against
+/// `max_prepared_stmt_count`.
 pub(crate) async fn load<U>(conn: &mut Conn, sql: Sql<'_>) -> Result<Vec<U>, Error>
 where
     U: QueryableByName<Mysql> + Send + 'static,
 {
-    match tokio::time::timeout(READ_BOUND, sql.load::<U>(conn)).await {
+    let read = match time_left()? {
+        None => {
+            let whole = u64::try_from(READ_BOUND.as_millis()).unwrap_or(u64::MAX);
+            tokio::time::timeout(READ_BOUND, sql.hinted_only(whole).load::<U>(conn)).await
+        }
+        Some(millis) => {
+            let text = diesel::sql_query(sql.bounded(millis).literal());
+            tokio::time::timeout(READ_BOUND, text.load::<U>(conn)).await
+        }
+    };
+    match read {
         Ok(Ok(rows)) => Ok(rows),
         Ok(Err(source)) => {
             let failure = StepError {

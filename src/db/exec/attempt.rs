@@ -26,11 +26,11 @@ use std::collections::BTreeSet;
 
 use tokio::time::Instant;
 
+use super::core::Core;
 use super::load;
 use super::locate::{self, Located};
 use super::writes::{self, KeyOutcome};
 use crate::call::Call;
-use crate::db::Persistence;
 use crate::db::conn::failure::{AttemptError, Failure};
 use crate::db::conn::tx::{Committed, Tx};
 use crate::db::tables::effects;
@@ -90,51 +90,18 @@ pub(super) type Answer = Result<KeyedOutcome, Error>;
 /// the manager cannot express. Every path ends in COMMIT or ROLLBACK, or in a
 /// connection dropped by [`Tx`].
 pub(super) async fn transaction(
-    db: &Persistence,
+    ex: &Core,
     mut tx: Tx<'_>,
     mode: Mode,
     calls: &[Calling<'_>],
 ) -> Result<Vec<Answer>, AttemptError> {
     let started = Instant::now();
-    let needs: Vec<_> = calls.iter().map(|c| c.command.needs()).collect();
-    let named = originals(calls, &needs);
-    let named_refs: Vec<&ScopedKey> = named.iter().collect();
-    let located = match locate::locate(&mut tx, &needs, &named_refs, &db.inner.locator).await {
-        Ok(located) => located,
-        Err(failure) => return Err(tx.fail(failure).await),
-    };
-    let claimed = if named.is_empty() {
-        claim(&mut tx, calls).await.map(|found| (found, Vec::new()))
-    } else {
-        claim_with_originals(&mut tx, calls, &named).await
-    };
-    let (found, originals) = match claimed {
-        Ok(found) => found,
+    let (located, found, originals) = match claim_all(ex, &mut tx, calls).await {
+        Ok(claimed) => claimed,
         Err(failure) => return Err(tx.fail(failure).await),
     };
     metrics::transaction_phase(Phase::Claim, started.elapsed());
-    let mut slots: Vec<Slot<'_, '_>> = calls
-        .iter()
-        .zip(found)
-        .map(|(calling, found)| Slot {
-            calling,
-            answer: match found {
-                Found::New => {
-                    // The key was free: whatever an earlier attempt's lost COMMIT
-                    // did, it did not commit.
-                    calling.call.settled_nothing();
-                    None
-                }
-                Found::Replay(outcome) => Some(Ok(KeyedOutcome {
-                    outcome,
-                    replayed: true,
-                })),
-                Found::Reused => Some(Err(Error::KeyReused)),
-            },
-            decided: None,
-            hooked: false,
-        })
-        .collect();
+    let mut slots: Vec<Slot<'_, '_>> = calls.iter().zip(found).map(Slot::new).collect();
     // Keys this probe inserted whose calls are out: deleted with the writes.
     let mut dropped: Vec<&ScopedKey> = Vec::new();
     loop {
@@ -154,7 +121,7 @@ pub(super) async fn transaction(
             originals: &originals,
             dropped: &dropped,
         };
-        let decided = match decide(db, &mut tx, mode, &deciding, context).await {
+        let decided = match decide(ex, &mut tx, mode, &deciding, context).await {
             Ok(decided) => decided,
             Err(failure) => return Err(tx.fail(failure).await),
         };
@@ -166,7 +133,7 @@ pub(super) async fn transaction(
         }
         for slot in pending_mut(&mut slots) {
             if !std::mem::replace(&mut slot.hooked, true) {
-                before_commit(db, slot.calling).await;
+                before_commit(ex, slot.calling).await;
             }
         }
         let committing: Vec<&Call> = pending(&slots).map(|s| s.calling.call).collect();
@@ -186,7 +153,7 @@ pub(super) async fn transaction(
         commit(tx, mode, &committing, &decided.sql).await?;
         metrics::transaction_phase(Phase::Commit, committing_at.elapsed());
         // Its entries wait for the assigner's next round.
-        db.inner.stream.wake();
+        ex.inner.stream.wake();
         for slot in pending_mut(&mut slots) {
             slot.answer = slot.decided.take().map(|outcome| {
                 Ok(KeyedOutcome {
@@ -197,6 +164,26 @@ pub(super) async fn transaction(
         }
         return Ok(settle(slots));
     }
+}
+
+/// Finds what the calls name (`locate`), then claims their keys, with the key
+/// rows of the operations they name: what each call found under its key, and
+/// each named operation's record.
+async fn claim_all(
+    ex: &Core,
+    tx: &mut Tx<'_>,
+    calls: &[Calling<'_>],
+) -> Result<(Located, Vec<Found>, Vec<(ScopedKey, Option<Record>)>), Failure> {
+    let needs: Vec<_> = calls.iter().map(|c| c.command.needs()).collect();
+    let named = originals(calls, &needs);
+    let named_refs: Vec<&ScopedKey> = named.iter().collect();
+    let located = locate::locate(tx, &needs, &named_refs, &ex.inner.locator).await?;
+    let (found, originals) = if named.is_empty() {
+        (claim(tx, calls).await?, Vec::new())
+    } else {
+        claim_with_originals(tx, calls, &named).await?
+    };
+    Ok((located, found, originals))
 }
 
 /// A call of the attempt, and what has become of it.
@@ -210,7 +197,30 @@ struct Slot<'a, 'c> {
     hooked: bool,
 }
 
-impl<'c> Slot<'_, 'c> {
+impl<'a, 'c> Slot<'a, 'c> {
+    /// The call, answered already if its key had an outcome.
+    fn new((calling, found): (&'a Calling<'c>, Found)) -> Self {
+        let answer = match found {
+            Found::New => {
+                // The key was free: whatever an earlier attempt's lost COMMIT
+                // did, it did not commit.
+                calling.call.settled_nothing();
+                None
+            }
+            Found::Replay(outcome) => Some(Ok(KeyedOutcome {
+                outcome,
+                replayed: true,
+            })),
+            Found::Reused => Some(Err(Error::KeyReused)),
+        };
+        Self {
+            calling,
+            answer,
+            decided: None,
+            hooked: false,
+        }
+    }
+
     /// Answers the call alone and leaves it out: the key row its probe inserted
     /// is deleted with the writes.
     fn drop_out(&mut self, error: Error, dropped: &mut Vec<&'c ScopedKey>) {
@@ -356,19 +366,25 @@ async fn claim_with_originals(
     let records = originals
         .iter()
         .map(|key| {
-            let record = rows
-                .iter()
-                .find(|r| r.is(key))
-                .map(|r| match r.row.outcome() {
-                    None => Record::Claimed,
-                    Some(outcome) => Record::Committed {
+            let record = match rows.iter().find(|r| r.is(key)) {
+                None => None,
+                Some(r) => {
+                    // The lock waited out every other transaction's claim, so a
+                    // row with no outcome is this one's: a call decided in the
+                    // batch that decides the key it names, which the writers
+                    // never form (`writer`). It would decide against nothing.
+                    let outcome = r.row.outcome().ok_or_else(|| {
+                        Error::internal("a call names a key its own transaction claims")
+                    })?;
+                    Some(Record::Committed {
                         method: r.row.method,
                         succeeded: outcome.code == 0,
-                    },
-                });
-            (key.clone(), record)
+                    })
+                }
+            };
+            Ok((key.clone(), record))
         })
-        .collect();
+        .collect::<Result<_, Failure>>()?;
     Ok((found, records))
 }
 
@@ -431,7 +447,7 @@ struct Context<'a> {
 /// writes no effect, so before one is stored the effects are looked up: a stale
 /// decline must never replace a purged success.
 async fn decide(
-    db: &Persistence,
+    ex: &Core,
     tx: &mut Tx<'_>,
     mode: Mode,
     fresh: &[Calling<'_>],
@@ -444,12 +460,12 @@ async fn decide(
         located: context.located,
         originals: context.originals,
     };
-    let mut book = load::book(tx, &needs, named, &db.inner.ids, &db.inner.reads, until).await?;
+    let mut book = load::book(tx, &needs, named, &ex.inner.ids, &ex.inner.reads, until).await?;
     let deciding = Instant::now();
     metrics::transaction_phase(Phase::Lock, deciding - locking);
-    let decided = decide_each(db, tx, mode, fresh, &mut book).await;
+    let decided = decide_each(ex, tx, mode, fresh, &mut book).await;
     let changes = book.into_changes();
-    db.inner.ids.give_back(&changes.unused);
+    ex.inner.ids.give_back(&changes.unused);
     let outcomes = decided?;
     // One per call of the book, in its order (an entry names its call's key by
     // index), then the dropped keys.
@@ -487,7 +503,7 @@ fn latest_deadline(calls: &[Calling<'_>]) -> Option<Instant> {
 }
 
 async fn decide_each(
-    db: &Persistence,
+    ex: &Core,
     tx: &mut Tx<'_>,
     mode: Mode,
     fresh: &[Calling<'_>],
@@ -513,7 +529,7 @@ async fn decide_each(
         }
         outcomes.push(match decided {
             Ok(reply) => Ok(StoredOutcome::reply(reply)),
-            Err(Refusal::Declined(decline)) => Ok(db.inner.encoder.declined(&decline)),
+            Err(Refusal::Declined(decline)) => Ok(ex.inner.encoder.declined(&decline)),
             Err(Refusal::Internal(detail)) => return Err(Error::internal(detail).into()),
         });
     }
@@ -551,9 +567,9 @@ async fn commit(
 }
 
 /// The fault-injection point (`BeforeCommit`), when one is set.
-async fn before_commit(db: &Persistence, calling: &Calling<'_>) {
-    if let Some(hook) = &db.inner.before_commit {
-        hook(crate::db::BeforeCommitEvent {
+async fn before_commit(ex: &Core, calling: &Calling<'_>) {
+    if let Some(hook) = &ex.inner.before_commit {
+        hook(super::core::BeforeCommitEvent {
             method: calling.command.method(),
             key: calling.key.clone(),
             call: calling.call.clone(),

@@ -34,23 +34,24 @@
 //! any failure of a guarded batch) retry the whole batch first: its probe settles
 //! each member, replaying the keys that committed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
 use super::attempt::{self, Answer, Calling, Mode};
+use super::core::Core;
 use super::keyed;
 use super::locate::Reach;
 use crate::call::Call;
-use crate::db::Persistence;
+use crate::db::conn::backoff::Backoff;
 use crate::db::conn::failure::AttemptError;
 use crate::db::conn::lease::{LockWait, checkout};
 use crate::db::conn::route::Route;
 use crate::db::conn::tx::Tx;
 use crate::error::Error;
-use crate::ledger::{Fingerprint, KeyedOutcome, ScopedKey};
+use crate::ledger::{Fingerprint, KeyedOutcome, Needs, ScopedKey};
 use crate::ops::Command;
 use crate::telemetry::metrics;
 
@@ -66,49 +67,106 @@ pub(crate) struct Member {
     /// The accounts it touches, found before it was queued: its writer routes
     /// and holds it back by them, and its transaction's node is chosen by them.
     pub(crate) reach: Reach,
+    /// What it touches, which no later call of its writer may overtake: every
+    /// account it reaches, and the entries and holds it names (by themselves
+    /// too, for one whose account was not found).
+    pub(crate) names: Vec<Name>,
+    /// The operations it names by key (a reversal's original), in its
+    /// namespace: it is never decided in the batch that decides one of them.
+    pub(crate) originals: Vec<ScopedKey>,
     pub(crate) answer: oneshot::Sender<Result<KeyedOutcome, Error>>,
     /// Keeps the key marked as queued or in a batch until the member is dropped.
     claim: Option<Claimed>,
 }
 
 impl Member {
+    /// A member for `command`, which `needs` what it says.
     pub(crate) fn new(
         call: Call,
         key: ScopedKey,
         command: Command,
         reach: Reach,
+        needs: Needs,
         answer: oneshot::Sender<Result<KeyedOutcome, Error>>,
     ) -> Self {
+        let originals = needs
+            .originals
+            .into_iter()
+            .map(|original| ScopedKey {
+                namespace: key.namespace.clone(),
+                key: original,
+            })
+            .collect();
+        let names = reach
+            .accounts()
+            .iter()
+            .map(|a| Name::Account(a.get()))
+            .chain(needs.entries.iter().map(|e| Name::Entry(e.get())))
+            .chain(needs.holds.iter().map(|h| Name::Hold(h.get())))
+            .collect();
         Self {
             fingerprint: command.fingerprint(),
             call,
             key,
             command,
             reach,
+            names,
+            originals,
             answer,
             claim: None,
         }
     }
+
+    /// Whether it may not be decided in one batch with `other`: one names the
+    /// other's key. The reversal would find its original claimed by its own
+    /// transaction, neither committed nor absent, and decide against nothing.
+    pub(crate) fn names_or_is_named_by(&self, other: &Self) -> bool {
+        self.originals.contains(&other.key) || other.originals.contains(&self.key)
+    }
 }
 
-/// The keys this instance has queued or in a batch: a second call with one of
-/// them does not queue behind the first (it would wait on it without the
-/// lock-wait bound), but goes to the database alone and waits on the key's row
-/// there.
+/// A row a call touches, which no later call of a writer may overtake. Keys
+/// need no holding back: a call whose key is queued or in a batch here never
+/// queues (`writer::Queue::push`). Ordered accounts first, then entries, then
+/// holds, each by id: a call's writer is its lowest name's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Name {
+    Account(u64),
+    Entry(u64),
+    Hold(u64),
+}
+
+/// The keys this instance has queued or in a batch, each with the accounts its
+/// call touches. A second call with one of them does not queue behind the first
+/// (it would wait on it without the lock-wait bound), but goes to the database
+/// alone and waits on the key's row there. A call that names one of them (a
+/// reversal of an original not yet committed, which has no entries to find)
+/// takes on the original's accounts: it goes to the original's writer, behind
+/// it, and is held back by them while the original's batch stalls, rather than
+/// waiting on the original's key row inside a batch of other accounts' calls.
 #[derive(Default)]
-pub(crate) struct Keys(Arc<Mutex<HashSet<ScopedKey>>>);
+pub(crate) struct Keys(Arc<Mutex<HashMap<ScopedKey, Reach>>>);
 
 impl Keys {
     /// Marks the member's key as queued or in a batch until the member is
-    /// dropped; false when a call with its key already is.
+    /// dropped, after adding to its reach the accounts of the calls here whose
+    /// keys it names; false when a call with its key already is.
     pub(crate) fn claim(&self, member: &mut Member) -> Result<bool, Error> {
         let mut keys = self
             .0
             .lock()
             .map_err(|_| Error::internal("the batch keys' lock is poisoned"))?;
-        if !keys.insert(member.key.clone()) {
+        if keys.contains_key(&member.key) {
             return Ok(false);
         }
+        for original in &member.originals {
+            if let Some(reach) = keys.get(original) {
+                member.reach.extend(reach);
+                let added = reach.accounts().iter().map(|a| Name::Account(a.get()));
+                member.names.extend(added);
+            }
+        }
+        keys.insert(member.key.clone(), member.reach.clone());
         member.claim = Some(Claimed {
             key: member.key.clone(),
             keys: self.0.clone(),
@@ -120,7 +178,7 @@ impl Keys {
 /// A key this instance has queued or in a batch.
 struct Claimed {
     key: ScopedKey,
-    keys: Arc<Mutex<HashSet<ScopedKey>>>,
+    keys: Arc<Mutex<HashMap<ScopedKey, Reach>>>,
 }
 
 impl Drop for Claimed {
@@ -132,7 +190,7 @@ impl Drop for Claimed {
 }
 
 /// Serves a batch: every member is answered.
-pub(super) async fn serve(db: &Persistence, batch: Vec<Member>) {
+pub(super) async fn serve(ex: &Core, batch: Vec<Member>) {
     let mut members = Vec::with_capacity(batch.len());
     let mut keys = HashSet::new();
     for member in batch {
@@ -143,7 +201,7 @@ pub(super) async fn serve(db: &Persistence, batch: Vec<Member>) {
         } else {
             // A second call with a key already in the batch waits for the first on
             // the key's row, then replays it.
-            alone(db, member);
+            alone(ex, member);
         }
     }
     if members.len() <= 1 {
@@ -151,7 +209,7 @@ pub(super) async fn serve(db: &Persistence, batch: Vec<Member>) {
         // meanwhile form the next batch.
         for member in members {
             let result = keyed::run(
-                db,
+                ex,
                 &member.call,
                 &member.key,
                 &member.command,
@@ -163,10 +221,11 @@ pub(super) async fn serve(db: &Persistence, batch: Vec<Member>) {
         return;
     }
     metrics::batch(members.len());
-    let max_attempts = db.inner.limits.max_attempts.max(1);
+    let max_attempts = ex.inner.limits.max_attempts.max(1);
     let mut attempt = 1;
+    let mut backoff = Backoff::new();
     loop {
-        match attempt_batch(db, &members).await {
+        match attempt_batch(ex, &members).await {
             Ok(answers) => {
                 for (member, answer) in members.into_iter().zip(answers) {
                     let _ = member.answer.send(answer);
@@ -183,7 +242,7 @@ pub(super) async fn serve(db: &Persistence, batch: Vec<Member>) {
                 let Some(loosest) = loosest(members.iter().map(|m| &m.call)) else {
                     return;
                 };
-                if !keyed::backoff(attempt, loosest).await {
+                if !backoff.wait(loosest).await {
                     break;
                 }
                 attempt += 1;
@@ -203,7 +262,7 @@ pub(super) async fn serve(db: &Persistence, batch: Vec<Member>) {
     }
     metrics::batch_split();
     for member in members {
-        alone(db, member);
+        alone(ex, member);
     }
 }
 
@@ -223,9 +282,9 @@ fn answer_the_gone(members: Vec<Member>) -> Vec<Member> {
 }
 
 /// Runs a member on the one-call path, in its own tracked task.
-fn alone(db: &Persistence, member: Member) {
-    let db = db.clone();
-    db.inner.tasks.clone().spawn(async move {
+fn alone(ex: &Core, member: Member) {
+    let ex = ex.clone();
+    ex.inner.tasks.clone().spawn(async move {
         let Member {
             call,
             key,
@@ -234,7 +293,7 @@ fn alone(db: &Persistence, member: Member) {
             answer,
             ..
         } = member;
-        let _ = answer.send(keyed::run(&db, &call, &key, &command, &reach).await);
+        let _ = answer.send(keyed::run(&ex, &call, &key, &command, &reach).await);
     });
 }
 
@@ -269,10 +328,10 @@ impl From<AttemptError> for Split {
 
 /// One transaction for the batch, on the node its first member routes to; on
 /// success, each member's answer in order.
-async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<Answer>, Split> {
+async fn attempt_batch(ex: &Core, members: &[Member]) -> Result<Vec<Answer>, Split> {
     let first = members.first().ok_or(Split::Apart)?;
     let route = Route::of(first.reach.accounts(), &first.key);
-    let node = db.inner.keyed.choose(&route);
+    let node = ex.inner.keyed.choose(&route);
     let pool = node.pool();
     // The batch waits as long as its most patient member may; a member whose
     // deadline passes meanwhile is answered by its handler and left out before
@@ -290,21 +349,21 @@ async fn attempt_batch(db: &Persistence, members: &[Member]) -> Result<Vec<Answe
     let result = async {
         let mut conn = checkout(pool, loosest).await?;
         let lock_wait =
-            LockWait::lower(&mut conn, pool, loosest, db.inner.limits.lock_wait).await?;
+            LockWait::lower(&mut conn, pool, loosest, ex.inner.limits.lock_wait).await?;
         // Read after checkout, it covers the connection checked out.
         let mode = Mode {
-            batch: Persistence::batch(pool),
+            batch: Core::batch(pool),
             prove_unused: false,
         };
         let tx = Tx::new(&mut conn, pool, lock_wait.duration());
-        let result = attempt::transaction(db, tx, mode, &calls).await;
+        let result = attempt::transaction(ex, tx, mode, &calls).await;
         lock_wait.restore(&mut conn, pool).await;
         result
     }
     .await;
     if let Err(AttemptError::ConnectionLost(_) | AttemptError::Silent(_)) = &result {
         pool.report_lost();
-        db.inner.keyed.pass_over(node);
+        ex.inner.keyed.pass_over(node);
     }
     result.map_err(Split::from)
 }

@@ -24,12 +24,11 @@
 //! so the retry goes to the next. A call whose deadline is shorter than the lock-wait bound
 //! lowers `innodb_lock_wait_timeout` first, and restores it after.
 
-use std::time::Duration;
-
 use super::attempt::{self, Calling, Mode};
+use super::core::Core;
 use super::locate::Reach;
 use crate::call::Call;
-use crate::db::Persistence;
+use crate::db::conn::backoff::Backoff;
 use crate::db::conn::failure::AttemptError;
 use crate::db::conn::lease::{LockWait, checkout};
 use crate::db::conn::pool;
@@ -40,15 +39,10 @@ use crate::ledger::{Fingerprint, KeyedOutcome, ScopedKey};
 use crate::ops::Command;
 use crate::telemetry::metrics;
 
-/// The first retry waits up to this long; each further one up to twice as long.
-const BACKOFF_BASE: Duration = Duration::from_millis(5);
-/// No single retry waits longer: conflicts on a hot row clear within milliseconds.
-const BACKOFF_CAP: Duration = Duration::from_millis(250);
-
 /// Runs the call; `reach` is what it touches, found before (`locate`), which
 /// chooses its node.
 pub(crate) async fn run(
-    db: &Persistence,
+    ex: &Core,
     call: &Call,
     key: &ScopedKey,
     command: &Command,
@@ -56,14 +50,15 @@ pub(crate) async fn run(
 ) -> Result<KeyedOutcome, Error> {
     let fingerprint = command.fingerprint();
     let route = Route::of(reach.accounts(), key);
-    let max_attempts = db.inner.limits.max_attempts.max(1);
+    let max_attempts = ex.inner.limits.max_attempts.max(1);
     let mut attempt = 1;
     let mut prove_unused = false;
+    let mut backoff = Backoff::new();
     loop {
         call.ensure_live()?;
-        let node = db.inner.keyed.choose(&route);
+        let node = ex.inner.keyed.choose(&route);
         let last = match run_once(
-            db,
+            ex,
             node.pool(),
             call,
             key,
@@ -82,7 +77,7 @@ pub(crate) async fn run(
             }
             Err(last @ (AttemptError::Silent(_) | AttemptError::NoConnection(_))) => {
                 if let AttemptError::Silent(_) = last {
-                    db.inner.keyed.pass_over(node);
+                    ex.inner.keyed.pass_over(node);
                 }
                 return Err(last.into_error(attempt, call.recorded()));
             }
@@ -94,7 +89,7 @@ pub(crate) async fn run(
             AttemptError::ConnectionLost(_) => {
                 metrics::retry("connection");
                 node.pool().report_lost();
-                db.inner.keyed.pass_over(node);
+                ex.inner.keyed.pass_over(node);
             }
             AttemptError::Unsettled(_) => metrics::retry("unsettled"),
             AttemptError::Silent(_)
@@ -102,29 +97,15 @@ pub(crate) async fn run(
             | AttemptError::KeyOnEffect(_)
             | AttemptError::Final(_) => {}
         }
-        if attempt >= max_attempts || !backoff(attempt, call).await {
+        if attempt >= max_attempts || !backoff.wait(call).await {
             return Err(last.into_error(attempt, call.recorded()));
         }
         attempt += 1;
     }
 }
 
-/// Sleeps a jittered, exponentially growing delay. Returns false, without
-/// sleeping, when the delay would outlast the caller's deadline.
-pub(crate) async fn backoff(attempt: u32, call: &Call) -> bool {
-    let ceiling = BACKOFF_BASE
-        .saturating_mul(1 << attempt.min(16))
-        .min(BACKOFF_CAP);
-    let delay = ceiling.mul_f64(rand::random::<f64>());
-    if call.remaining().is_some_and(|left| left <= delay) {
-        return false;
-    }
-    tokio::time::sleep(delay).await;
-    true
-}
-
 async fn run_once(
-    db: &Persistence,
+    ex: &Core,
     pool: &pool::Pool,
     call: &Call,
     key: &ScopedKey,
@@ -133,10 +114,10 @@ async fn run_once(
     prove_unused: bool,
 ) -> Result<KeyedOutcome, AttemptError> {
     let mut conn = checkout(pool, call).await?;
-    let lock_wait = LockWait::lower(&mut conn, pool, call, db.inner.limits.lock_wait).await?;
+    let lock_wait = LockWait::lower(&mut conn, pool, call, ex.inner.limits.lock_wait).await?;
     // Read after checkout, it covers the connection checked out.
     let mode = Mode {
-        batch: Persistence::batch(pool),
+        batch: Core::batch(pool),
         prove_unused,
     };
     let tx = Tx::new(&mut conn, pool, lock_wait.duration());
@@ -146,7 +127,7 @@ async fn run_once(
         command,
         fingerprint,
     };
-    let result = attempt::transaction(db, tx, mode, &[calling]).await;
+    let result = attempt::transaction(ex, tx, mode, &[calling]).await;
     lock_wait.restore(&mut conn, pool).await;
     result?
         .pop()

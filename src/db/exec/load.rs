@@ -178,7 +178,7 @@ async fn describe(
                 .iter()
                 .map(|h| (h.client.as_str(), h.idempotency_key.as_str())),
         );
-        let found = metadata::of_keys_tx(tx, &keys).await?;
+        let found = metadata::of_keys_tx(tx, Step::LockAccounts, &keys).await?;
         for hold in named {
             let key = (
                 hold.client.as_str().as_bytes().to_vec(),

@@ -113,6 +113,15 @@ impl Reach {
     pub(crate) fn accounts(&self) -> &[AccountId] {
         &self.0
     }
+
+    /// Adds the accounts `other` touches (a reversal's, those of its original
+    /// still queued or in a batch here, which has no entries yet).
+    pub(crate) fn extend(&mut self, other: &Self) {
+        if other.0.is_empty() {
+            return;
+        }
+        self.0 = sorted(self.0.iter().chain(&other.0).copied());
+    }
 }
 
 /// The accounts of the entries and holds calls named, looked up before they are

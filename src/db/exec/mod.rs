@@ -3,6 +3,8 @@
 //! the tables (`tables`) and the connection layer (`conn`), and never names an
 //! operation.
 //!
+//! - `executor`: the executor, and how a keyed call enters it.
+//! - `core`: what the executor's parts share.
 //! - `attempt`: one attempt at the transaction, for a lone call or a batch:
 //!   probe, decide, write, COMMIT, settle.
 //! - `keyed`: one keyed call's attempts, with its retries.
@@ -17,6 +19,8 @@
 //! - `ids`: new ids, taken from the database in blocks.
 
 mod attempt;
+pub(crate) mod core;
+pub(crate) mod executor;
 pub(crate) mod group;
 pub(crate) mod ids;
 pub(crate) mod keyed;

@@ -44,6 +44,17 @@
 //!       their writer's next batch
 //! ```
 //!
+//! A call that names another call's key (a reversal's original) is never
+//! decided in the batch that decides that key: there it would find the key
+//! claimed by its own transaction, neither committed nor absent. Of two such
+//! calls taken together, the later is held back until the batch ends. While
+//! the original is queued or in a batch here, the reversal also takes on the
+//! original's accounts (`group::Keys`), which it cannot find otherwise (an
+//! original in flight has no entries yet): it goes to the original's writer,
+//! behind it, and a stall of the original's batch holds it back as it holds back
+//! any call on those accounts, rather than leaving it to wait on the original's
+//! key row inside a batch of other accounts' calls.
+//!
 //! A held-back call still counts as waiting (`ledger_batch_waiting_calls`) and
 //! keeps its place under the limit of concurrent calls, as a queued one does. A
 //! writer lets at most [`MAX_STALLED`] of its batches run on at once; with that
@@ -64,8 +75,8 @@ use std::time::Duration;
 use futures::FutureExt as _;
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::group::{Keys, MAX_BATCH, Member, serve};
-use crate::db::{Persistence, WeakPersistence};
+use super::core::{Core, WeakCore};
+use super::group::{Keys, MAX_BATCH, Member, Name, serve};
 use crate::error::Error;
 use crate::telemetry::metrics;
 
@@ -192,16 +203,12 @@ impl Queue {
 /// The writer of a call: by the lowest account it touches, else by the lowest
 /// entry or hold it names (whose account was not found), else by its key.
 fn route(member: &Member, writers: usize) -> usize {
-    if let Some(account) = member.reach.accounts().first() {
-        return share(("account", account.get()), writers);
-    }
-    let needs = member.command.needs();
-    if let Some(entry) = needs.entries.iter().min() {
-        share(("entry", entry.get()), writers)
-    } else if let Some(hold) = needs.holds.iter().min() {
-        share(("hold", hold.get()), writers)
-    } else {
-        share(("key", member.key.key.as_str()), writers)
+    // Accounts order before entries, and entries before holds.
+    match member.names.iter().min() {
+        Some(Name::Account(id)) => share(("account", id), writers),
+        Some(Name::Entry(id)) => share(("entry", id), writers),
+        Some(Name::Hold(id)) => share(("hold", id), writers),
+        None => share(("key", member.key.key.as_str()), writers),
     }
 }
 
@@ -221,8 +228,8 @@ pub(crate) struct Writers {
 }
 
 impl Writers {
-    pub(crate) fn run(self, db: &Persistence) {
-        let stall = db.inner.limits.batch_stall;
+    pub(crate) fn run(self, ex: &Core) {
+        let stall = ex.inner.limits.batch_stall;
         for (receiver, waiting) in self.receivers {
             let writer = Writer::new(
                 receiver,
@@ -231,33 +238,9 @@ impl Writers {
                 self.arrivals.clone(),
                 stall,
             );
-            tokio::spawn(writer.run(db.weak()));
+            tokio::spawn(writer.run(ex.weak()));
         }
     }
-}
-
-/// A row a call touches, which no later call of a writer may overtake. Keys
-/// need no holding back: a call whose key is queued or in a batch here never
-/// queues (`Queue::push`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Name {
-    Account(u64),
-    Entry(u64),
-    Hold(u64),
-}
-
-/// What a call touches: every account it reaches, and the entries and holds it
-/// names (by themselves too, for one whose account was not found).
-fn names(member: &Member) -> impl Iterator<Item = Name> + '_ {
-    let needs = member.command.needs();
-    let accounts = member
-        .reach
-        .accounts()
-        .iter()
-        .map(|a| Name::Account(a.get()));
-    let entries = needs.entries.into_iter().map(|e| Name::Entry(e.get()));
-    let holds = needs.holds.into_iter().map(|h| Name::Hold(h.get()));
-    accounts.chain(entries).chain(holds)
 }
 
 /// The batches of an instance's writers that run on past the stall bound, by
@@ -375,7 +358,7 @@ impl Writer {
         }
     }
 
-    async fn run(mut self, db: WeakPersistence) {
+    async fn run(mut self, ex: WeakCore) {
         loop {
             let batch = self.take();
             if batch.is_empty() {
@@ -387,8 +370,8 @@ impl Writer {
             self.waiting.fetch_sub(batch.len(), Ordering::SeqCst);
             self.arrivals.sub(batch.len());
             metrics::batch_waiting(-isize::try_from(batch.len()).unwrap_or(isize::MAX));
-            let Some(db) = db.upgrade() else { return };
-            self.serve(db, batch).await;
+            let Some(ex) = ex.upgrade() else { return };
+            self.serve(ex, batch).await;
         }
     }
 
@@ -399,7 +382,12 @@ impl Writer {
         // Seen before the look, so a stall that ends after it wakes `wait`.
         self.ends.borrow_and_update();
         let mut blocked = self.stalls.blocked();
-        let mut batch = Vec::new();
+        let mut batch: Vec<Member> = Vec::new();
+        // Whether a call of the batch names keys: a call is never decided in the
+        // batch that decides a key it names (`Member::names_or_is_named_by`), and
+        // only then, or for a call that names keys itself, is the batch looked
+        // through for one.
+        let mut naming = false;
         let mut held = VecDeque::new();
         let mut arrivals = std::mem::take(&mut self.held);
         loop {
@@ -415,18 +403,31 @@ impl Writer {
                     }
                 },
             };
-            if batch.len() >= MAX_BATCH {
-                held.push_back(member);
+            let held_back = if batch.len() >= MAX_BATCH {
+                true
+            } else if (naming || !member.originals.is_empty())
+                && batch
+                    .iter()
+                    .any(|other| other.names_or_is_named_by(&member))
+            {
+                // After the batch it would be decided in: the later call waits,
+                // and so does every later call on what it touches.
+                blocked.extend(member.names.iter().copied());
+                true
             } else if blocked.is_empty() {
-                batch.push(member);
+                false
             } else {
-                let named: Vec<Name> = names(&member).collect();
-                if named.iter().any(|n| blocked.contains(n)) {
-                    blocked.extend(named);
-                    held.push_back(member);
-                } else {
-                    batch.push(member);
+                let touches = member.names.iter().any(|n| blocked.contains(n));
+                if touches {
+                    blocked.extend(member.names.iter().copied());
                 }
+                touches
+            };
+            if held_back {
+                held.push_back(member);
+            } else {
+                naming |= !member.originals.is_empty();
+                batch.push(member);
             }
         }
         self.held = held;
@@ -460,11 +461,11 @@ impl Writer {
     /// Tracked either way, so shutdown waits for it to commit or roll back. A
     /// panic is caught, so the writer goes on (its members are answered as
     /// dropped).
-    async fn serve(&mut self, db: Persistence, batch: Vec<Member>) {
-        let named: HashSet<Name> = batch.iter().flat_map(names).collect();
-        let tasks = db.inner.tasks.clone();
+    async fn serve(&mut self, ex: Core, batch: Vec<Member>) {
+        let named: HashSet<Name> = batch.iter().flat_map(|m| m.names.iter().copied()).collect();
+        let tasks = ex.inner.tasks.clone();
         let mut served = Box::pin(tasks.track_future(async move {
-            if AssertUnwindSafe(serve(&db, batch))
+            if AssertUnwindSafe(serve(&ex, batch))
                 .catch_unwind()
                 .await
                 .is_err()

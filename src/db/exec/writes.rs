@@ -82,8 +82,32 @@ pub(crate) fn commit_batch(
     };
     let guard = claimed.as_deref();
     let key_of = |call: usize| keys.get(call).map(|k| k.key);
-    let mut statements: Vec<String> = Vec::new();
+    let mut statements = row_writes(changes, key_of, batch, guard)?;
+    // After the rows: the guard holds only while the first key's row has no
+    // outcome yet.
+    statements.extend(key_writes(keys, &stored, batch, guard));
+    statements.push("COMMIT".to_owned());
+    if batch == Batch::Guarded && !stored.is_empty() {
+        let committed: Vec<_> = stored.iter().map(|r| (r.key, r.outcome)).collect();
+        statements.push(format!(
+            "CALL ledger_require_committed((({}) = {n}))",
+            idempotency::committed_count_sql(&committed),
+            n = stored.len(),
+        ));
+        statements.push("COMMIT".to_owned());
+    }
+    Ok(statements.join("; "))
+}
 
+/// The writes of what the decisions changed, table by table: accounts and their
+/// limits, entries, reversals, commits, refunded amounts, holds.
+fn row_writes<'k>(
+    changes: &Changes,
+    key_of: impl Fn(usize) -> Option<&'k ScopedKey> + Copy,
+    batch: Batch,
+    guard: Option<&str>,
+) -> Result<Vec<String>, Error> {
+    let mut statements: Vec<String> = Vec::new();
     statements.extend(accounts::insert_sql(&changes.new_accounts, key_of, guard)?);
     match (batch, changes.accounts.as_slice()) {
         (Batch::Plain, [_, _, ..]) => {
@@ -124,20 +148,30 @@ pub(crate) fn commit_batch(
         statements.push(entries::refunded_sql(row, guard));
     }
     statements.extend(hold_writes(changes, key_of, guard)?);
-    // Before the outcomes: the guard holds only while the first key's row has
-    // none yet.
+    Ok(statements)
+}
+
+/// The keys' writes: the metadata of the successes, the outcomes stored, and the
+/// rows of the keys whose calls left deleted.
+fn key_writes(
+    keys: &[KeyOutcome<'_>],
+    stored: &[idempotency::Recorded<'_>],
+    batch: Batch,
+    guard: Option<&str>,
+) -> Vec<String> {
     let succeeded: Vec<(&ScopedKey, &Metadata)> = keys
         .iter()
         .filter(|k| k.outcome.is_some_and(|(_, _, outcome)| outcome.code == 0))
         .map(|k| (k.key, k.metadata))
         .collect();
+    let mut statements: Vec<String> = Vec::new();
     statements.extend(metadata::insert_sql(&succeeded, guard));
     match batch {
         // One upsert by primary key for all of them (see `outcomes_sql`).
-        Batch::Plain => statements.extend(idempotency::outcomes_sql(&stored)),
+        Batch::Plain => statements.extend(idempotency::outcomes_sql(stored)),
         // One UPDATE per key, each by its primary key and guarded by the claim.
         Batch::Guarded => {
-            for r in &stored {
+            for r in stored {
                 statements.push(idempotency::outcome_sql(r.key, r.outcome, true));
             }
         }
@@ -145,21 +179,7 @@ pub(crate) fn commit_batch(
     for k in keys.iter().filter(|k| k.outcome.is_none()) {
         statements.push(idempotency::unclaim_sql(k.key));
     }
-    statements.push("COMMIT".to_owned());
-    if batch == Batch::Guarded && !stored.is_empty() {
-        statements.push(format!(
-            "CALL ledger_require_committed((({}) = {n}))",
-            idempotency::committed_count_sql(
-                &stored
-                    .iter()
-                    .map(|r| (r.key, r.outcome))
-                    .collect::<Vec<_>>()
-            ),
-            n = stored.len(),
-        ));
-        statements.push("COMMIT".to_owned());
-    }
-    Ok(statements.join("; "))
+    statements
 }
 
 /// The writes of the holds placed, resolved and found expired.

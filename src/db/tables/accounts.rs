@@ -168,7 +168,7 @@ pub(crate) fn list_sql(filter: Option<&Filter>, after: u64, limit: u32) -> Sql<'
              ON a.namespace = m.namespace AND a.idempotency_key = m.idempotency_key \
              WHERE "
         ))
-        .append(filter.condition("m"))
+        .append(filter.condition("m", "m"))
         .append(Sql::new(" AND")),
     };
     sql.append(

@@ -25,17 +25,11 @@ use chrono::NaiveDateTime;
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Datetime, Nullable, Text, Unsigned};
 
-use super::entries;
-use super::reads::{NUMBERED_POLL, Numbering};
-use crate::call::Call;
-use crate::db::Reads;
-use crate::db::conn::failure::{AttemptError, Failure, Step};
-use crate::db::conn::lease::{LockWait, checkout};
-use crate::db::conn::route::Route;
+use crate::db::conn::failure::{Failure, Step};
 use crate::db::conn::sql::{Bind, Sql};
 use crate::db::conn::tx::Tx;
-use crate::error::{Error, Recorded};
-use crate::ledger::{AccountId, Balance, BalancePoint, Currency, Limits};
+use crate::error::Error;
+use crate::ledger::{AccountId, Balance, Currency, Limits};
 
 /// What the binary search tests at a place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,11 +201,11 @@ struct Row {
 /// A balance as read: where it stands, and the answer once its entry has a
 /// sequence.
 #[derive(Debug)]
-struct Read {
-    place: u64,
-    opened: u64,
-    stamped: u64,
-    answer: Option<Balance>,
+pub(crate) struct Read {
+    pub(crate) place: u64,
+    pub(crate) opened: u64,
+    pub(crate) stamped: u64,
+    pub(crate) answer: Option<Balance>,
 }
 
 impl Row {
@@ -253,7 +247,7 @@ impl Row {
 }
 
 /// The balance of `account` at `place`, as a plain read sees it.
-async fn read(
+pub(crate) async fn read(
     conn: &mut crate::db::conn::connection::Conn,
     account: AccountId,
     place: Place,
@@ -299,140 +293,15 @@ pub(crate) fn stamp_past_sql(account: AccountId, micros: u64) -> Sql<'static> {
     .bind(Bind::U64(account.get()))
 }
 
-impl Reads {
-    /// SPEC 3.10: the account's balance and limits after its last entry up to
-    /// `point`. Waits, bounded by the call's deadline, for the entry answered to
-    /// have its sequence.
-    pub async fn get_balance(
-        &self,
-        call: &Call,
-        account: AccountId,
-        point: BalancePoint,
-    ) -> Result<Balance, Error> {
-        let read = match point {
-            BalancePoint::Now => {
-                read(&mut *self.db.read_conn(call).await?, account, Place::Last).await?
-            }
-            BalancePoint::Sequence(n) => {
-                let mut conn = self.db.read_conn(call).await?;
-                if n > entries::highest_sequence(&mut conn).await? {
-                    return Err(Error::PointNotReached);
-                }
-                read(&mut conn, account, Place::Search(Upto::Sequence(n))).await?
-            }
-            BalancePoint::Time(t) => {
-                let micros = u64::try_from(t.timestamp_micros())
-                    .map_err(|_| Error::AccountNotFound(account.get()))?;
-                let upto = Place::Search(Upto::Micros(micros));
-                let settled = read(&mut *self.db.read_conn(call).await?, account, upto).await?;
-                if micros < settled.opened {
-                    return Err(Error::AccountNotFound(account.get()));
-                }
-                // The account's time is past the point: every transaction that
-                // stamped it at or before the point committed before the one
-                // that moved it there, which this read saw; nothing can add to
-                // the answer any more.
-                if settled.stamped > micros {
-                    settled
-                } else {
-                    self.fenced(call, account, micros).await?
-                }
-            }
-        };
-        match read.answer {
-            Some(balance) => Ok(balance),
-            None => self.numbered(call, account, read.place).await,
-        }
-    }
-
-    /// The balance at the time `micros`, read under the account's lock, which
-    /// is let go only once no entry can be stamped at or before it any more.
-    /// Retried on a conflict at COMMIT, as a keyed call is (`exec::keyed`).
-    async fn fenced(&self, call: &Call, account: AccountId, micros: u64) -> Result<Read, Error> {
-        let route = Route::account(account.get());
-        let max_attempts = self.db.inner.limits.max_attempts.max(1);
-        let mut attempt = 1;
-        loop {
-            call.ensure_live()?;
-            let node = self.db.inner.keyed.choose(&route);
-            let last = match self.fence_once(node.pool(), call, account, micros).await {
-                Ok(read) => return Ok(read),
-                Err(AttemptError::Final(e)) => return Err(e),
-                Err(last @ (AttemptError::Silent(_) | AttemptError::NoConnection(_))) => {
-                    if let AttemptError::Silent(_) = last {
-                        self.db.inner.keyed.pass_over(node);
-                    }
-                    return Err(last.into_error(attempt, Recorded::Nothing));
-                }
-                Err(AttemptError::ConnectionLost(reason)) => {
-                    node.pool().report_lost();
-                    self.db.inner.keyed.pass_over(node);
-                    AttemptError::ConnectionLost(reason)
-                }
-                Err(retryable) => retryable,
-            };
-            if attempt >= max_attempts || !crate::db::exec::keyed::backoff(attempt, call).await {
-                return Err(last.into_error(attempt, Recorded::Nothing));
-            }
-            attempt += 1;
-        }
-    }
-
-    async fn fence_once(
-        &self,
-        pool: &crate::db::conn::pool::Pool,
-        call: &Call,
-        account: AccountId,
-        micros: u64,
-    ) -> Result<Read, AttemptError> {
-        let mut conn = checkout(pool, call).await?;
-        let lock_wait =
-            LockWait::lower(&mut conn, pool, call, self.db.inner.limits.lock_wait).await?;
-        let mut tx = Tx::new(&mut conn, pool, lock_wait.duration());
-        let result = match fenced(&mut tx, account, micros).await {
-            Ok((read, moved)) => {
-                let ended = if moved {
-                    match tx.commit("COMMIT", false).await {
-                        crate::db::conn::tx::Committed::Yes => Ok(()),
-                        crate::db::conn::tx::Committed::No(e)
-                        | crate::db::conn::tx::Committed::Unknown(e) => Err(e),
-                    }
-                } else {
-                    tx.finish().await
-                };
-                ended.map(|()| read)
-            }
-            Err(failure) => Err(tx.fail(failure).await),
-        };
-        lock_wait.restore(&mut conn, pool).await;
-        result
-    }
-
-    /// The balance at `place`, once its entry has a sequence ([`Numbering`]).
-    async fn numbered(
-        &self,
-        call: &Call,
-        account: AccountId,
-        place: u64,
-    ) -> Result<Balance, Error> {
-        let mut numbering = Numbering::new(call);
-        loop {
-            let mut conn = self.db.read_conn(call).await?;
-            if let Some(balance) = read(&mut conn, account, Place::At(place)).await?.answer {
-                return Ok(balance);
-            }
-            numbering.still_waiting(&mut conn).await?;
-            drop(conn);
-            tokio::time::sleep(NUMBERED_POLL).await;
-        }
-    }
-}
-
 /// Under the account's lock: the balance at the time `micros`, and whether
 /// `stamped_at` had to be moved past it (then the transaction must commit
 /// before the answer is given). The search runs after the lock is granted, so
 /// its snapshot holds every transaction that stamped the account before.
-async fn fenced(tx: &mut Tx<'_>, account: AccountId, micros: u64) -> Result<(Read, bool), Failure> {
+pub(crate) async fn fenced(
+    tx: &mut Tx<'_>,
+    account: AccountId,
+    micros: u64,
+) -> Result<(Read, bool), Failure> {
     let rows: Vec<Locked> = tx.load(Step::LockAccounts, lock_sql(account)).await?;
     let locked = rows
         .into_iter()

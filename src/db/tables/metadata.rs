@@ -121,15 +121,17 @@ pub(crate) async fn of_keys(
     collect(rows)
 }
 
-/// [`of_keys`] in a transaction: a plain read, of rows that never change.
+/// [`of_keys`] in a transaction, as its `step`: a plain read, of rows that
+/// never change.
 pub(crate) async fn of_keys_tx(
     tx: &mut Tx<'_>,
+    step: Step,
     keys: &[KeyBytes],
 ) -> Result<HashMap<KeyBytes, Metadata>, Failure> {
     if keys.is_empty() {
         return Ok(HashMap::new());
     }
-    let rows: Vec<Row> = tx.load(Step::LockAccounts, of_keys_sql(keys)).await?;
+    let rows: Vec<Row> = tx.load(step, of_keys_sql(keys)).await?;
     Ok(collect(rows)?)
 }
 
@@ -205,10 +207,12 @@ pub(crate) fn distinct_keys<'a>(keys: impl Iterator<Item = (&'a str, &'a str)>) 
 }
 
 /// A search's pairs, the one its statement starts from first: the rows that hold
-/// it are a range of `metadata_pairs`, and each is kept only if its
-/// call holds the others too (each an `EXISTS`, by primary key). So a search
-/// reads as many rows as its driving pair has matches, whatever the ledger's
-/// size, and [`Filter::choose`] drives it by the pair with the fewest.
+/// it are a range of `metadata_pairs` (the calls, for a listing of accounts) or
+/// of `search_entries` (the entries, for a search), and each is kept only if
+/// its call holds the others too (each an `EXISTS`, by primary key). So a read
+/// costs what its page holds and the driving pair's rows it passes over,
+/// whatever the ledger's size, and [`Filter::choose`] drives it by the pair
+/// with the fewest matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Filter {
     drive: (String, String),
@@ -253,10 +257,11 @@ impl Filter {
         })
     }
 
-    /// The condition on the pair row `m` (a range of `metadata_pairs`):
-    /// it is the driving pair, and its call holds the rest. Its values are
-    /// bound: its text depends on the number of pairs only.
-    pub(crate) fn condition(&self, m: &str) -> Sql<'_> {
+    /// The condition on the pair row `m` (a range of `metadata_pairs` or of
+    /// `search_entries`): it is the driving pair, and the call of the row
+    /// `owner` (with its `namespace` and `idempotency_key`) holds the rest. Its
+    /// values are bound: its text depends on the number of pairs only.
+    pub(crate) fn condition(&self, m: &str, owner: &str) -> Sql<'_> {
         let (name, value) = &self.drive;
         let mut sql = Sql::new(format!("{m}.name = ? AND {m}.value = ?"))
             .bind(Bind::Bytes(name.as_bytes()))
@@ -266,8 +271,8 @@ impl Filter {
                 Sql::new(format!(
                     " AND EXISTS (SELECT 1 FROM metadata_pairs x{n} FORCE INDEX (PRIMARY) \
                      WHERE x{n}.name = ? AND x{n}.value = ? \
-                     AND x{n}.namespace = {m}.namespace \
-                     AND x{n}.idempotency_key = {m}.idempotency_key)"
+                     AND x{n}.namespace = {owner}.namespace \
+                     AND x{n}.idempotency_key = {owner}.idempotency_key)"
                 ))
                 .bind(Bind::Bytes(name.as_bytes()))
                 .bind(Bind::Bytes(value.as_bytes())),

@@ -1,6 +1,7 @@
 //! One file per table: its rows, the statements that read, lock and write them,
 //! and how a row becomes a domain value. The tables build only on the connection
-//! layer (`conn`); the executor above them (`exec`) combines them.
+//! layer (`conn`); the executor and the reads above them (`exec`, `reads`)
+//! combine them.
 //!
 //! - `accounts`, `entries`, `holds`: the ledger's own rows; `commits`: each
 //!   writing transaction's place in the change stream, which numbers its entries;
@@ -12,10 +13,7 @@
 //! - `balances`: an account's balance at a point, from its journal.
 //! - `reversals`: the operations reversed, whose primary key lets none be
 //!   reversed twice.
-//! - `reads`: the plain reads and the key look-up, [`Persistence`]'s read-only
-//!   operations over these tables.
-//!
-//! [`Persistence`]: crate::db::Persistence
+//! - `metadata`: a call's pairs, and the pairs searches start from.
 
 pub(crate) mod accounts;
 pub(crate) mod balances;
@@ -26,5 +24,4 @@ pub(crate) mod holds;
 pub(crate) mod idempotency;
 pub(crate) mod limits;
 pub(crate) mod metadata;
-pub(crate) mod reads;
 pub(crate) mod reversals;

@@ -17,7 +17,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::super::{Persistence, WeakPersistence};
+use super::source::Source;
 use crate::call::Call;
 use crate::db::tables::entries;
 use crate::error::Error;
@@ -145,7 +145,7 @@ impl Shared {
 
 impl Tail {
     /// Counts a new watcher, starting the tail if it is the first.
-    pub(crate) fn join(&self, db: &Persistence) -> Result<Membership, Error> {
+    pub(crate) fn join(&self, source: &Source) -> Result<Membership, Error> {
         if self.shared.closing.is_cancelled() {
             return Err(Error::ShuttingDown);
         }
@@ -160,7 +160,7 @@ impl Tail {
         metrics::stream_watchers(1);
         if !state.running {
             state.running = true;
-            tokio::spawn(run(self.shared.clone(), db.weak()));
+            tokio::spawn(run(self.shared.clone(), source.clone()));
         }
         Ok(Membership { tail: self.clone() })
     }
@@ -210,16 +210,13 @@ impl Tail {
 
 /// The tail's task: a read per tick while watchers are connected. It starts from
 /// the highest sequence when it starts (a watcher reads anything older from the
-/// database), and ends, reading nothing more, when the last watcher leaves, the
-/// instance shuts down or its storage is dropped.
-async fn run(shared: Arc<Shared>, db: WeakPersistence) {
+/// database), and ends, reading nothing more, when the last watcher leaves or
+/// the instance shuts down.
+async fn run(shared: Arc<Shared>, source: Source) {
     let tail = Tail { shared };
     let mut last = None;
     // Rounds this instance's assigner commits wake the tail at once.
-    let Some(mut assigned) = db.upgrade().map(|db| db.assigned()) else {
-        tail.shared.lock().running = false;
-        return;
-    };
+    let mut assigned = source.assigned();
     // Whether this read follows a wake of the local assigner, and until when
     // entries numbered elsewhere keep the poll short.
     let mut woken = false;
@@ -232,11 +229,7 @@ async fn run(shared: Arc<Shared>, db: WeakPersistence) {
                 return;
             }
         }
-        let Some(db) = db.upgrade() else {
-            tail.shared.lock().running = false;
-            return;
-        };
-        let pause = match read(&tail, &db, &mut last).await {
+        let pause = match read(&tail, &source, &mut last).await {
             Ok(Found::Full) => Duration::ZERO,
             Ok(found) => {
                 if found == Found::Some && !woken {
@@ -253,7 +246,6 @@ async fn run(shared: Arc<Shared>, db: WeakPersistence) {
                 AFTER_FAILURE
             }
         };
-        drop(db);
         woken = false;
         if !pause.is_zero() {
             tokio::select! {
@@ -275,14 +267,24 @@ enum Found {
 }
 
 /// One tick: the entries numbered after `last`, published as one batch.
-async fn read(tail: &Tail, db: &Persistence, last: &mut Option<u64>) -> Result<Found, Error> {
+async fn read(tail: &Tail, source: &Source, last: &mut Option<u64>) -> Result<Found, Error> {
     tail.shared.ticks.fetch_add(1, Ordering::Relaxed);
-    let mut conn = db.read_conn(&Call::unbounded()).await?;
+    let mut conn = source.read_conn(&Call::unbounded()).await?;
     let after = if let Some(after) = *last {
         after
     } else {
         tail.counted_read();
-        entries::highest_sequence(&mut conn).await?
+        let highest = entries::highest_sequence(&mut conn).await?;
+        // Where the tail starts, published as a batch of nothing: a watcher
+        // whose last page ended below it (what was numbered between that page
+        // and this read) finds the gap and reads it from the database, rather
+        // than waiting for the next entry to show it.
+        let _ = tail.shared.batches.send(Batch {
+            first: highest.saturating_add(1),
+            last: highest,
+            entries: Vec::new().into(),
+        });
+        highest
     };
     *last = Some(after);
     tail.counted_read();

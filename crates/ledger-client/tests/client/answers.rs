@@ -1,6 +1,8 @@
-//! What a call returns: the reply, whether it was a replay, the typed decline.
+//! What a call returns: the reply, whether it was a replay, the typed decline;
+//! the same for a call by method, with the request and the reply encoded.
 
 use ledger_client::{Client, Error, Reason, pb};
+use prost::Message as _;
 
 use crate::support::{TestApp, TestDb};
 
@@ -125,4 +127,72 @@ async fn a_dead_endpoint_fails_over_to_the_next() {
     );
     assert_eq!(read.reply.balance, 9);
     assert_eq!(read.key, None);
+}
+
+/// A call by method (the request encoded by the caller, ledgerctl's way)
+/// answers as the typed call does: the reply's bytes, a replay marked, a
+/// decline typed; a keyed call without its key, or a path that is none, is
+/// refused before anything is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_by_method_answers_as_the_typed_call_does() {
+    const CHARGE: &str = "/ledger.v1.Ledger/Charge";
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let account = app.funded_account("USD", 100).await;
+    let client = app.client();
+    let request = charge("answers-5", account, 30);
+
+    let typed = client.charge(request.clone()).await.unwrap();
+    let by_method = client
+        .call_encoded(
+            CHARGE,
+            Some("answers-5".into()),
+            request.encode_to_vec().into(),
+        )
+        .await
+        .unwrap();
+    let read = client
+        .call_encoded(
+            "/ledger.v1.Ledger/GetAccount",
+            None,
+            pb::GetAccountRequest {
+                account_id: account,
+            }
+            .encode_to_vec()
+            .into(),
+        )
+        .await
+        .unwrap();
+    let over = charge("answers-6", account, 1000);
+    let declined = client
+        .call_encoded(
+            CHARGE,
+            Some("answers-6".into()),
+            over.encode_to_vec().into(),
+        )
+        .await;
+    let keyless = client
+        .call_encoded(
+            CHARGE,
+            Some(String::new()),
+            charge("", account, 1).encode_to_vec().into(),
+        )
+        .await;
+    let pathless = client
+        .call_encoded("not a path", None, Vec::new().into())
+        .await;
+
+    assert!(by_method.replayed);
+    assert_eq!(by_method.key.as_deref(), Some("answers-5"));
+    assert_eq!(by_method.reply, typed.reply.encode_to_vec());
+    assert_eq!(pb::Account::decode(read.reply).unwrap().balance, 70);
+    assert_eq!(read.key, None);
+    let Err(Error::Declined(decline)) = declined else {
+        panic!("expected INSUFFICIENT_FUNDS, got {declined:?}");
+    };
+    assert_eq!(decline.reason, Reason::InsufficientFunds);
+    assert_eq!(decline.key.as_deref(), Some("answers-6"));
+    assert!(matches!(keyless, Err(Error::Config(_))), "{keyless:?}");
+    assert!(matches!(pathless, Err(Error::Config(_))), "{pathless:?}");
+    assert_eq!(db.balance(account).await, 70);
 }

@@ -1,13 +1,14 @@
 //! A budget spent with the outcome unknown: the typed `Unknown { key }`, within
 //! the budget; and an unknown outcome settled by `LookupKey` and the request
 //! sent once more, which replays it or refuses a reused key, never answering
-//! with another request's outcome.
+//! with another request's outcome. The same for a call by method
+//! (`call_encoded`, ledgerctl's), which goes through the same loop.
 
 use std::time::Duration;
 
 use std::sync::atomic::Ordering;
 
-use ledger_client::{Backoff, Budget, Client, Error, Reason, pb};
+use ledger_client::{Answer, Backoff, Budget, Client, Error, Reason, pb};
 use prost::Message as _;
 use tokio::time::Instant;
 
@@ -45,11 +46,45 @@ fn charge(key: &str, account_id: u64) -> pb::ChargeRequest {
     }
 }
 
+/// How a test calls Charge: its typed method, or by method with the request
+/// encoded (the reply decoded here, to compare).
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    Typed,
+    Encoded,
+}
+
+async fn charge_via(
+    client: &Client,
+    via: Via,
+    request: pb::ChargeRequest,
+) -> Result<Answer<pb::ChargeReply>, Error> {
+    match via {
+        Via::Typed => client.charge(request).await,
+        Via::Encoded => {
+            let key = Some(request.idempotency_key.clone());
+            let answer = client
+                .call_encoded(
+                    "/ledger.v1.Ledger/Charge",
+                    key,
+                    request.encode_to_vec().into(),
+                )
+                .await?;
+            Ok(Answer {
+                reply: pb::ChargeReply::decode(answer.reply).unwrap(),
+                replayed: answer.replayed,
+                key: answer.key,
+                attempts: answer.attempts,
+            })
+        }
+    }
+}
+
 /// The call returns `Unknown` with its key, and no later than the budget allows
 /// (plus a generous 2 s: a bound, not a benchmark).
-async fn assert_unknown_in_time(client: &Client, key: &str) {
+async fn assert_unknown_in_time(client: &Client, via: Via, key: &str) {
     let started = Instant::now();
-    let result = client.charge(charge(key, 1)).await;
+    let result = charge_via(client, via, charge(key, 1)).await;
     let took = started.elapsed();
     match result {
         Err(Error::Unknown { key: k }) => assert_eq!(k, key),
@@ -68,7 +103,8 @@ async fn nothing_listening_ends_in_unknown_with_the_key() {
         .budget(short_budget())
         .build()
         .unwrap();
-    assert_unknown_in_time(&client, "budget-dead").await;
+    assert_unknown_in_time(&client, Via::Typed, "budget-dead").await;
+    assert_unknown_in_time(&client, Via::Encoded, "budget-dead-by-method").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -80,7 +116,7 @@ async fn a_black_hole_ends_in_unknown_with_the_key() {
         .budget(short_budget())
         .build()
         .unwrap();
-    assert_unknown_in_time(&client, "budget-hole").await;
+    assert_unknown_in_time(&client, Via::Typed, "budget-hole").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -139,14 +175,16 @@ fn cuts(proxy: &FaultProxy) -> u64 {
 /// Every attempt of the charge is forwarded and its reply lost; the look-up
 /// finds the key's record, and the charge sent once more is replayed. Returns
 /// the attempts the call made and the connections the proxy cut.
-async fn settle_a_lost_reply(fault: impl FnOnce(usize) -> Fault) -> (u32, u64) {
+async fn settle_a_lost_reply(via: Via, fault: impl FnOnce(usize) -> Fault) -> (u32, u64) {
     let db = TestDb::new();
     let app = TestApp::spawn(&db).await;
     let account = app.funded_account("USD", 100).await;
     let key = "budget-settled";
     let (proxy, client) = through(&app, fault(lookup_size(key))).await;
 
-    let answer = client.charge(charge(key, account)).await.unwrap();
+    let answer = charge_via(&client, via, charge(key, account))
+        .await
+        .unwrap();
 
     assert!(answer.replayed, "the stored reply, replayed");
     let stored = app
@@ -168,12 +206,15 @@ async fn settle_a_lost_reply(fault: impl FnOnce(usize) -> Fault) -> (u32, u64) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_reply_is_settled_by_the_lookup_and_a_replay() {
-    let (attempts, cuts) =
-        settle_a_lost_reply(|limit| Fault::CutRequestsLongerThanBeforeLookup { limit, then: 0 })
-            .await;
+    for via in [Via::Typed, Via::Encoded] {
+        let (attempts, cuts) = settle_a_lost_reply(via, |limit| {
+            Fault::CutRequestsLongerThanBeforeLookup { limit, then: 0 }
+        })
+        .await;
 
-    assert!(attempts >= 2, "the attempts cut, and the resend");
-    assert!(cuts >= 1);
+        assert!(attempts >= 2, "{via:?}: the attempts cut, and the resend");
+        assert!(cuts >= 1, "{via:?}");
+    }
 }
 
 /// The resend's connection closes under it (an instance going away between
@@ -181,9 +222,10 @@ async fn a_lost_reply_is_settled_by_the_lookup_and_a_replay() {
 /// which is safe because the key has a record, and the call still settles.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_resend_that_meets_a_closing_connection_is_sent_again() {
-    let (attempts, cuts) =
-        settle_a_lost_reply(|limit| Fault::CutRequestsLongerThanBeforeLookup { limit, then: 1 })
-            .await;
+    let (attempts, cuts) = settle_a_lost_reply(Via::Typed, |limit| {
+        Fault::CutRequestsLongerThanBeforeLookup { limit, then: 1 }
+    })
+    .await;
 
     assert!(
         attempts >= 3,
@@ -196,8 +238,9 @@ async fn a_resend_that_meets_a_closing_connection_is_sent_again() {
 /// key's record is of a charge, but not of this one: the client must not
 /// return the 30 charge's reply as the 50 charge's success.
 async fn settle_a_reused_key(
+    via: Via,
     fault: impl FnOnce(usize) -> Fault,
-) -> Result<ledger_client::Answer<pb::ChargeReply>, Error> {
+) -> Result<Answer<pb::ChargeReply>, Error> {
     let db = TestDb::new();
     let app = TestApp::spawn(&db).await;
     let account = app.funded_account("USD", 100).await;
@@ -209,7 +252,7 @@ async fn settle_a_reused_key(
 
     let mut second = charge(key, account);
     second.amount = 50;
-    let result = client.charge(second).await;
+    let result = charge_via(&client, via, second).await;
 
     assert!(cuts(&proxy) >= 1);
     assert_eq!(db.entries_for_key(key).await, 1);
@@ -219,21 +262,25 @@ async fn settle_a_reused_key(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reused_key_settles_as_reused_not_as_the_other_requests_success() {
-    let result =
-        settle_a_reused_key(|limit| Fault::CutRequestsLongerThanBeforeLookup { limit, then: 0 })
-            .await;
+    for via in [Via::Typed, Via::Encoded] {
+        let result = settle_a_reused_key(via, |limit| Fault::CutRequestsLongerThanBeforeLookup {
+            limit,
+            then: 0,
+        })
+        .await;
 
-    let Err(Error::Declined(decline)) = result else {
-        panic!("expected IDEMPOTENCY_KEY_REUSED, got {result:?}");
-    };
-    assert_eq!(decline.reason, Reason::IdempotencyKeyReused);
-    assert_eq!(decline.key.as_deref(), Some("budget-reused"));
+        let Err(Error::Declined(decline)) = result else {
+            panic!("{via:?}: expected IDEMPOTENCY_KEY_REUSED, got {result:?}");
+        };
+        assert_eq!(decline.reason, Reason::IdempotencyKeyReused, "{via:?}");
+        assert_eq!(decline.key.as_deref(), Some("budget-reused"));
+    }
 }
 
 /// The same, with the resend cut too: unknown, never a success.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reused_key_whose_resend_is_cut_is_unknown() {
-    let result = settle_a_reused_key(Fault::CutRequestsLongerThan).await;
+    let result = settle_a_reused_key(Via::Typed, Fault::CutRequestsLongerThan).await;
 
     match result {
         Err(Error::Unknown { key }) => assert_eq!(key, "budget-reused"),
@@ -261,16 +308,18 @@ async fn a_key_recorded_for_another_method_is_reused() {
         .unwrap();
     let (_proxy, client) = through(&app, Fault::CutRequestsLongerThan(lookup_size(key))).await;
 
-    let result = client.charge(charge(key, account)).await;
+    for via in [Via::Typed, Via::Encoded] {
+        let result = charge_via(&client, via, charge(key, account)).await;
 
-    let Err(Error::Declined(decline)) = result else {
-        panic!("expected IDEMPOTENCY_KEY_REUSED, got {result:?}");
-    };
-    assert_eq!(decline.reason, Reason::IdempotencyKeyReused);
-    assert!(!decline.replayed, "not an answer the server stored");
-    assert_eq!(
-        decline.metadata.get("method").map(String::as_str),
-        Some("/ledger.v1.Ledger/Credit")
-    );
+        let Err(Error::Declined(decline)) = result else {
+            panic!("{via:?}: expected IDEMPOTENCY_KEY_REUSED, got {result:?}");
+        };
+        assert_eq!(decline.reason, Reason::IdempotencyKeyReused, "{via:?}");
+        assert!(!decline.replayed, "not an answer the server stored");
+        assert_eq!(
+            decline.metadata.get("method").map(String::as_str),
+            Some("/ledger.v1.Ledger/Credit")
+        );
+    }
     assert_eq!(db.balance(account).await, 105);
 }

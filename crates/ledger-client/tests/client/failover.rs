@@ -136,6 +136,8 @@ async fn a_quiet_stream_is_not_taken_for_a_hanging_one() {
         (watcher, entry)
     });
 
+    // A window, not a condition: what must not happen is the client's timer
+    // running out on a quiet stream, and nothing shows it will not until it does.
     tokio::time::sleep(open_timeout * 6).await;
     assert!(!next.is_finished(), "nothing committed, nothing came");
     app.client()

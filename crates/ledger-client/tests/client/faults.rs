@@ -1,7 +1,7 @@
 //! Many charges through a proxy that breaks a share of the connections between
-//! client and service: cut right after the request went out, the reply held past
-//! the attempt's deadline, reset before the request arrives (one fault per
-//! connection, drawn from a seeded random). Every charge takes effect exactly
+//! client and service: the reply lost (the connection cut once the service sent
+//! it), the reply held past the attempt's deadline, reset before the request
+//! arrives (one fault per connection, drawn from a seeded random). Every charge takes effect exactly
 //! once, and every call ends with the reply stored under its key.
 
 use std::collections::BTreeMap;
@@ -20,7 +20,7 @@ const ATTEMPT: Duration = Duration::from_millis(400);
 
 fn fault(rng: &mut rand::rngs::StdRng) -> Fault {
     match rng.random_range(0..100) {
-        // 20% cut right after the request went out, 10% replies held past the
+        // 20% replies lost with their connection, 10% replies held past the
         // attempt's deadline, 5% reset before the request arrives.
         0..20 => Fault::CutAfterRequest,
         20..30 => Fault::DelayReply(ATTEMPT + Duration::from_millis(300)),
@@ -114,7 +114,7 @@ async fn every_charge_takes_effect_once_through_a_faulty_network() {
     );
     eprintln!(
         "{CHARGES} charges, {attempts} attempts, {retried} retried, {replays} replays; \
-         {} connections: {cuts} cut after the request, {delays} replies delayed, {resets} reset",
+         {} connections: {cuts} replies lost, {delays} replies delayed, {resets} reset",
         counts.connections.load(Ordering::Relaxed)
     );
     assert!(cuts > 0 && delays > 0 && resets > 0, "every fault was met");

@@ -12,6 +12,7 @@
 mod support;
 
 mod answers;
+mod batch;
 mod budget;
 mod connection;
 mod failover;

@@ -8,18 +8,8 @@ use ledger_client::{Client, pb};
 use tonic::Code;
 use tonic_types::StatusExt as _;
 
+use crate::support::server::until;
 use crate::support::{Busy, Fault, FaultProxy, TestApp, TestDb};
-
-/// Polls `done` every 20 ms; fails after 30 s.
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..1500 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{what}: not within 30 s");
-}
 
 /// The only place is taken; the charge is refused, retried (each attempt is a
 /// connection of its own at the proxy), and taken once the place is free,
@@ -48,7 +38,7 @@ async fn a_call_refused_at_the_door_is_retried_until_it_is_taken() {
             .await
     });
 
-    until("a second attempt, or the call's end", || {
+    until("a second attempt, or the call's end", async || {
         proxy
             .counts()
             .connections

@@ -112,6 +112,7 @@ async fn keep_writing(client: Client, a: u64, b: u64, stop: Arc<AtomicBool>) -> 
             }
         }
         i += 1;
+        // The writers' pace, not a wait.
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     i

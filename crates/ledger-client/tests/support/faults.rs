@@ -23,8 +23,9 @@ pub enum Fault {
     Pass,
     /// Reset (RST) as soon as it is accepted: no request ever arrives.
     ResetBeforeRequest,
-    /// The first request is forwarded whole; then the connection is closed
-    /// (after a moment, for the service to read it) and no reply comes back.
+    /// The first request is forwarded whole, and its reply is lost: the
+    /// connection is closed once the service has sent it, and none of it
+    /// comes back.
     CutAfterRequest,
     /// As `CutAfterRequest`, but only for a request whose message is longer
     /// than this many bytes (its gRPC prefix included): smaller ones (a
@@ -164,12 +165,21 @@ async fn relay(client: TcpStream, fault: Fault, shared: Arc<Shared>) {
     let _ = client.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    // None: pass; Some(instant): hold replies until then (far away: for ever).
-    let (hold, holding) = watch::channel(None::<Instant>);
+    let (hold, holding) = watch::channel(Replies::Pass);
     tokio::select! {
         () = to_server(client_read, server_write, fault, hold, &shared) => {}
         () = to_client(server_read, client_write, holding) => {}
     }
+}
+
+/// What becomes of the service's bytes on a connection.
+#[derive(Debug, Clone, Copy)]
+enum Replies {
+    Pass,
+    /// Held until then (far away: for ever), then passed.
+    HeldUntil(Instant),
+    /// Dropped, and the connection closed once the service has ended its reply.
+    Lost,
 }
 
 /// Forwards the client's bytes up to the end of its first request, and acts on
@@ -178,7 +188,7 @@ async fn to_server(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     fault: Fault,
-    hold: watch::Sender<Option<Instant>>,
+    hold: watch::Sender<Replies>,
     shared: &Shared,
 ) {
     let mut frames = Frames::client();
@@ -202,19 +212,19 @@ async fn to_server(
             }
             (Fault::DelayReply(delay), Some(_)) => {
                 shared.counts.delays.fetch_add(1, Ordering::Relaxed);
-                hold.send_replace(Some(Instant::now() + delay));
+                hold.send_replace(Replies::HeldUntil(Instant::now() + delay));
                 false
             }
             (Fault::HoldReply, Some(_)) => {
                 shared.counts.holds.fetch_add(1, Ordering::Relaxed);
-                hold.send_replace(Some(Instant::now() + FOR_EVER));
+                hold.send_replace(Replies::HeldUntil(Instant::now() + FOR_EVER));
                 false
             }
             (_, _) => false,
         };
         if cut {
             shared.counts.cuts.fetch_add(1, Ordering::Relaxed);
-            hold.send_replace(Some(Instant::now() + FOR_EVER));
+            hold.send_replace(Replies::Lost);
         }
         if to.write_all(chunk).await.is_err() {
             return;
@@ -225,11 +235,6 @@ async fn to_server(
                 shared.forwarded.notify_one();
             }
         }
-        if cut {
-            // Time for the service to read the request; then both ways close.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            return;
-        }
     }
 }
 
@@ -239,7 +244,7 @@ async fn to_server(
 async fn to_client(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
-    mut holding: watch::Receiver<Option<Instant>>,
+    mut holding: watch::Receiver<Replies>,
 ) {
     let mut frames = Frames::server();
     let mut buf = vec![0_u8; 64 * 1024];
@@ -248,12 +253,16 @@ async fn to_client(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        let until = *holding.borrow_and_update();
-        if let Some(until) = until {
-            tokio::time::sleep_until(until).await;
-        }
         let chunk = buf.get(..n).unwrap_or_default();
         let replied = !frames.streams_ended(chunk).is_empty();
+        let fate = *holding.borrow_and_update();
+        match fate {
+            Replies::Pass => {}
+            // The fault itself: a reply this late.
+            Replies::HeldUntil(until) => tokio::time::sleep_until(until).await,
+            Replies::Lost if replied => return,
+            Replies::Lost => continue,
+        }
         if to.write_all(chunk).await.is_err() || replied {
             return;
         }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::ledgerctl;
+use crate::support::server::until;
 use crate::support::{Busy, Fault, FaultProxy, TestApp, TestDb};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -17,9 +18,21 @@ async fn success_is_0_and_a_decline_is_1() {
     let account = app.funded_account("USD", 50).await.to_string();
     let charge = ["charge", "--account-id", &account, "--currency", "USD"];
 
-    let ok = ledgerctl(&app.url(), &[&charge[..], &["--amount", "30"]].concat()).await;
-    let declined = ledgerctl(&app.url(), &[&charge[..], &["--amount", "30"]].concat()).await;
-    let invalid = ledgerctl(&app.url(), &[&charge[..], &["--amount", "0"]].concat()).await;
+    let ok = ledgerctl(
+        &app.url(),
+        &[&charge[..], &["--amount-minor", "30"]].concat(),
+    )
+    .await;
+    let declined = ledgerctl(
+        &app.url(),
+        &[&charge[..], &["--amount-minor", "30"]].concat(),
+    )
+    .await;
+    let invalid = ledgerctl(
+        &app.url(),
+        &[&charge[..], &["--amount-minor", "0"]].concat(),
+    )
+    .await;
 
     assert_eq!(ok.code, Some(0), "{}", ok.stderr);
     assert_eq!(declined.code, Some(1), "{}", declined.stderr);
@@ -47,7 +60,7 @@ async fn nothing_listening_is_75_with_the_key_to_retry_with() {
             "charge",
             "--account-id",
             "1",
-            "--amount",
+            "--amount-minor",
             "5",
             "--currency",
             "USD",
@@ -88,7 +101,7 @@ async fn an_instance_at_its_limit_is_75_only_once_the_budget_is_spent() {
             key,
             "--account-id",
             &account,
-            "--amount",
+            "--amount-minor",
             "5",
             "--currency",
             "USD",
@@ -117,12 +130,10 @@ async fn an_instance_at_its_limit_is_75_only_once_the_budget_is_spent() {
     let args = charge("ctl-later", "20s");
     let run =
         tokio::spawn(async move { ledgerctl(&url, &args.each_ref().map(String::as_str)).await });
-    for _ in 0..1500 {
-        if proxy.counts().connections.load(Ordering::Relaxed) >= 2 || run.is_finished() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("a second attempt, or ledgerctl's end", async || {
+        proxy.counts().connections.load(Ordering::Relaxed) >= 2 || run.is_finished()
+    })
+    .await;
     assert!(!run.is_finished(), "ledgerctl ended at its first refusal");
     let _app = busy.release().await;
     let taken = run.await.unwrap();

@@ -23,7 +23,7 @@ async fn a_charge_and_watch_entries_leave_a_server_that_never_answers() {
             "ctl-hangs",
             "--account-id",
             &account,
-            "--amount",
+            "--amount-minor",
             "30",
             "--currency",
             "USD",

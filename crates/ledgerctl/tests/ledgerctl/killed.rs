@@ -1,11 +1,10 @@
 //! A `ledgerctl charge` killed after its request reached the service and before
 //! the reply reached it: re-run with the key it printed, the charge is made once.
 
-use std::time::Duration;
-
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 use crate::ledgerctl;
+use crate::support::server::until;
 use crate::support::{Fault, FaultProxy, TestApp, TestDb};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -26,7 +25,7 @@ async fn a_killed_charge_rerun_with_its_key_is_charged_once() {
         "charge",
         "--account-id",
         &account.to_string(),
-        "--amount",
+        "--amount-minor",
         "40",
         "--currency",
         "USD",
@@ -48,17 +47,10 @@ async fn a_killed_charge_rerun_with_its_key_is_charged_once() {
         .to_owned();
     proxy.forwarded().await;
     // The charge committed; its reply is still held at the proxy.
-    for _ in 0..1500 {
-        if db.entries_for_key(&key).await == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(
-        db.entries_for_key(&key).await,
-        1,
-        "the first run's charge committed"
-    );
+    until("the first run's charge commits", async || {
+        db.entries_for_key(&key).await == 1
+    })
+    .await;
     first.kill().await.unwrap();
 
     let again = ledgerctl(&app.url(), &[&charge[..], &["--key", &key]].concat()).await;

@@ -16,6 +16,7 @@ mod support;
 mod exit_codes;
 mod failover;
 mod golden;
+mod import;
 mod killed;
 
 use std::process::Stdio;
