@@ -4,15 +4,22 @@
 //! over 1,000 items runs nothing, one account's stall holds back only its own
 //! items, and a caller needs the grant of every method a batch names.
 
+use std::time::Duration;
+
 use ledger::grpc::auth::Tokens;
 use ledger::proto::pb::{self, batch_item::Call, batch_result::Result as Outcome};
+use mysql_async::prelude::Queryable as _;
 use prost::Message as _;
 use tonic::Code;
+use tonic::metadata::MetadataMap;
+use tonic::transport::Channel;
 
+use crate::support::proxy::Proxy;
 use crate::support::server::until;
 use crate::support::{
-    Config, TestApp, TestDb, assert_audit_passes, charge, credit, raw_call, replayed, token_line,
-    transfer, with_token,
+    Config, LedgerProcess, TestApp, TestDb, assert_audit_passes, capture, charge, credit, leg,
+    limits, open_account, open_funded, place_hold, post, raw_call, refund, replayed, reverse,
+    set_limits, token_line, transfer, void, with_token,
 };
 
 type Client = pb::ledger_client::LedgerClient<tonic::transport::Channel>;
@@ -345,4 +352,341 @@ async fn a_batch_needs_the_grant_of_every_method_it_names() {
         Some(Outcome::Charge(_))
     ));
     assert_eq!(db.balance(account).await, 99);
+}
+
+/// The call an item wraps, sent on its own: its metadata and its reply's bytes.
+async fn call_alone(channel: Channel, call: Call) -> (MetadataMap, Vec<u8>) {
+    let answer = match call {
+        Call::OpenAccount(r) => raw_call(channel, "OpenAccount", r).await,
+        Call::Credit(r) => raw_call(channel, "Credit", r).await,
+        Call::Charge(r) => raw_call(channel, "Charge", r).await,
+        Call::Transfer(r) => raw_call(channel, "Transfer", r).await,
+        Call::Refund(r) => raw_call(channel, "Refund", r).await,
+        Call::PlaceHold(r) => raw_call(channel, "PlaceHold", r).await,
+        Call::CaptureHold(r) => raw_call(channel, "CaptureHold", r).await,
+        Call::VoidHold(r) => raw_call(channel, "VoidHold", r).await,
+        Call::Post(r) => raw_call(channel, "Post", r).await,
+        Call::Reverse(r) => raw_call(channel, "Reverse", r).await,
+        Call::SetLimits(r) => raw_call(channel, "SetLimits", r).await,
+    };
+    let (meta, body) = answer.expect("the call is answered");
+    (meta, body.to_vec())
+}
+
+/// An item's reply as its call's would be on the wire.
+fn reply_bytes(result: &pb::BatchResult) -> Vec<u8> {
+    match &result.result {
+        Some(Outcome::OpenAccount(r)) => r.encode_to_vec(),
+        Some(Outcome::Credit(r)) => r.encode_to_vec(),
+        Some(Outcome::Charge(r)) => r.encode_to_vec(),
+        Some(Outcome::Transfer(r)) => r.encode_to_vec(),
+        Some(Outcome::Refund(r)) => r.encode_to_vec(),
+        Some(Outcome::PlaceHold(r)) => r.encode_to_vec(),
+        Some(Outcome::CaptureHold(r)) => r.encode_to_vec(),
+        Some(Outcome::VoidHold(r)) => r.encode_to_vec(),
+        Some(Outcome::Post(r)) => r.encode_to_vec(),
+        Some(Outcome::Reverse(r)) => r.encode_to_vec(),
+        Some(Outcome::SetLimits(r)) => r.encode_to_vec(),
+        other => panic!("expected a reply, found {other:?}"),
+    }
+}
+
+/// The calls that need nothing but two accounts: every keyed RPC but those
+/// that name an entry, a hold or a key.
+fn first_calls(p: &str, a: u64, b: u64) -> Vec<Call> {
+    let hour = Duration::from_secs(3600);
+    vec![
+        Call::OpenAccount(open_account(&format!("{p}-open"), None)),
+        Call::Credit(credit(&format!("{p}-credit"), b, 100)),
+        Call::Charge(charge(&format!("{p}-charge"), a, 50)),
+        Call::Transfer(transfer(&format!("{p}-transfer"), a, b, 20)),
+        Call::PlaceHold(place_hold(&format!("{p}-hold-1"), a, 30, hour)),
+        Call::PlaceHold(place_hold(&format!("{p}-hold-2"), a, 10, hour)),
+        Call::Post(post(&format!("{p}-post"), vec![leg(a, b, 5), leg(b, a, 1)])),
+        Call::SetLimits(set_limits(
+            &format!("{p}-limits"),
+            b,
+            limits(Some(-10), None),
+        )),
+    ]
+}
+
+/// The calls that name what `first` made: its charge's entry, its holds and
+/// its transfer's key.
+fn second_calls(p: &str, first: &[pb::BatchResult]) -> Vec<Call> {
+    let Some(Outcome::Charge(charged)) = &first[2].result else {
+        panic!("{:?}", first[2]);
+    };
+    let hold = |result: &pb::BatchResult| match &result.result {
+        Some(Outcome::PlaceHold(placed)) => placed.hold.as_ref().unwrap().hold_id,
+        other => panic!("{other:?}"),
+    };
+    vec![
+        Call::Refund(refund(
+            &format!("{p}-refund"),
+            charged.entry.as_ref().unwrap().entry_id,
+            10,
+        )),
+        Call::CaptureHold(capture(&format!("{p}-capture"), hold(&first[4]), 30)),
+        Call::VoidHold(void(&format!("{p}-void"), hold(&first[5]))),
+        Call::Reverse(reverse(&format!("{p}-reverse"), &format!("{p}-transfer"))),
+    ]
+}
+
+/// Every keyed request as an item, both ways round: an item then the call with
+/// its key (replayed, byte for byte the item's reply), and a call then the item
+/// (replayed, byte for byte the call's reply).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_keyed_request_is_an_item_replayed_both_ways() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let a = app.funded_account("USD", 1_000).await;
+    let b = app.funded_account("USD", 0).await;
+    let mut client = app.client().await;
+    let channel = app.channel().await;
+
+    // An item, then its call.
+    let first = run(&mut client, first_calls("item", a, b)).await;
+    let second = run(&mut client, second_calls("item", &first)).await;
+    let calls = first_calls("item", a, b)
+        .into_iter()
+        .chain(second_calls("item", &first));
+    let results = first.iter().chain(&second);
+    let mut methods = std::collections::BTreeSet::new();
+    for (call, result) in calls.zip(results) {
+        assert!(!result.replayed, "{result:?}");
+        let expected = reply_bytes(result);
+        methods.insert(format!("{call:?}").split('(').next().unwrap().to_owned());
+        let (meta, body) = call_alone(channel.clone(), call).await;
+        assert!(replayed(&meta), "{result:?}");
+        assert_eq!(body, expected, "{result:?}");
+    }
+    assert_eq!(methods.len(), 11, "every keyed RPC: {methods:?}");
+
+    // A call, then its item.
+    let mut alone = Vec::new();
+    for call in first_calls("call", a, b) {
+        alone.push(call_alone(channel.clone(), call).await);
+    }
+    let first = run(&mut client, first_calls("call", a, b)).await;
+    for call in second_calls("call", &first) {
+        alone.push(call_alone(channel.clone(), call).await);
+    }
+    let second = run(&mut client, second_calls("call", &first)).await;
+    assert_eq!(alone.len(), 12);
+    for ((meta, body), result) in alone.iter().zip(first.iter().chain(&second)) {
+        assert!(!replayed(meta), "each call ran once, first");
+        assert!(result.replayed, "{result:?}");
+        assert_eq!(&reply_bytes(result), body, "{result:?}");
+    }
+    // Each round: charge 50, transfer 20, post 5 less 1, captured 30, refunded
+    // 10, the transfer reversed; the holds' rest voided.
+    assert_eq!(db.balance(a).await, 1_000 - 2 * (50 + 5 - 1 + 30 - 10));
+    assert_eq!(db.balance(b).await, 2 * (100 + 5 - 1));
+    assert_audit_passes(&db.url).await;
+}
+
+/// A batch's COMMIT goes through and the database's answer is lost (the
+/// connection cut once the outcomes' upsert went out): whatever the first
+/// answer said of an item is what the batch sent again replays, and every item
+/// took effect once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_cut_after_its_commit_and_sent_again_takes_each_item_once() {
+    let db = TestDb::new();
+    let proxy = Proxy::start(db.server()).await;
+    let app = TestApp::spawn_with(
+        &db,
+        Config {
+            database_url: Some(proxy.url(db.server(), &db.name)),
+            ..Config::default()
+        },
+    )
+    .await;
+    let mut accounts = Vec::new();
+    for _ in 0..8 {
+        accounts.push(app.funded_account("USD", 1_000).await);
+    }
+    let calls = || -> Vec<Call> {
+        (0..40)
+            .map(|i| Call::Charge(charge(&format!("cut-{i}"), accounts[i % 8], 1)))
+            .collect()
+    };
+    let mut client = app.client().await;
+    // On a single server a group commit stores its outcomes with one upsert.
+    let forwarded = proxy.cut_after_forwarding("VALUES(outcome_code)", Duration::from_millis(50));
+    let first = client.batch(batch(calls())).await;
+    tokio::time::timeout(Duration::from_secs(10), forwarded.notified())
+        .await
+        .expect("a COMMIT of the batch went out and was cut");
+
+    let again = run(&mut client, calls()).await;
+    assert!(
+        again
+            .iter()
+            .all(|r| matches!(r.result, Some(Outcome::Charge(_)))),
+        "{again:?}"
+    );
+    if let Ok(first) = first {
+        for (was, is) in first.into_inner().results.iter().zip(&again) {
+            if matches!(was.result, Some(Outcome::Charge(_))) {
+                assert!(is.replayed, "an outcome the first answer gave is replayed");
+                assert_eq!(was.result, is.result);
+            }
+        }
+    }
+    let (rows, keys): (u64, u64) = db
+        .sql()
+        .await
+        .query_first(
+            "SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM entries \
+             WHERE idempotency_key LIKE 'cut-%'",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((rows, keys), (40, 40), "each item one entry");
+    for account in accounts {
+        assert_eq!(db.balance(account).await, 1_000 - 5);
+    }
+    assert_audit_passes(&db.url).await;
+}
+
+/// Two batches naming the same keys, sent at once through two instances of
+/// one ledger: the first items of both wait on a row an outside transaction
+/// holds (one on the account, the other on the key the first claimed), so both
+/// are in flight together. Each key takes effect once: one batch's item runs
+/// it, the other's replays the same outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_batches_sharing_keys_through_two_instances_take_each_key_once() {
+    let db = TestDb::new();
+    let one = TestApp::spawn(&db).await;
+    let two = TestApp::spawn(&db).await;
+    let z = one.funded_account("USD", 1_000).await;
+    let others = [
+        one.funded_account("USD", 1_000).await,
+        one.funded_account("USD", 1_000).await,
+    ];
+    let calls = || -> Vec<Call> {
+        (0..10)
+            .map(|i| {
+                let account = if i < 5 { z } else { others[i % 2] };
+                Call::Charge(charge(&format!("shared-{i}"), account, 10))
+            })
+            .collect()
+    };
+    let holder = db.lock_account(z).await;
+    let mut sent = Vec::new();
+    for app in [&one, &two] {
+        let mut client = app.client().await;
+        let calls = calls();
+        sent.push(tokio::spawn(async move { run(&mut client, calls).await }));
+    }
+    until("both batches wait on Z's row or on a key", async || {
+        db.waiting_on("accounts").await + db.waiting_on("idempotency_keys").await >= 2
+    })
+    .await;
+    drop(holder);
+    let mut answers = Vec::new();
+    for batch in sent {
+        answers.push(batch.await.unwrap());
+    }
+    for (a, b) in answers[0].iter().zip(&answers[1]) {
+        assert!(matches!(a.result, Some(Outcome::Charge(_))), "{a:?}");
+        assert_eq!(a.result, b.result, "one outcome a key");
+        assert!(a.replayed != b.replayed, "one ran it, the other replayed");
+    }
+    for i in 0..10 {
+        assert_eq!(db.entries_for_key(&format!("shared-{i}")).await, 1);
+    }
+    assert_eq!(db.balance(z).await, 1_000 - 50);
+    assert_eq!(db.balance(others[0]).await, 1_000 - 20, "shared-6 and -8");
+    assert_eq!(
+        db.balance(others[1]).await,
+        1_000 - 30,
+        "shared-5, -7 and -9"
+    );
+    assert_audit_passes(&db.url).await;
+}
+
+/// `ledger serve` killed with SIGKILL while a batch of 1,000 items is half
+/// done (one account's row held, so its items wait), then the batch sent
+/// again to a new process: every item has an outcome, each key one entry, and
+/// every balance is what its items imply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_killed_half_way_and_sent_again_takes_each_item_once() {
+    let db = TestDb::new();
+    let server = LedgerProcess::serve(&db, &[]).await;
+    let mut client = pb::ledger_client::LedgerClient::new(server.channel());
+    let mut accounts = Vec::new();
+    for i in 0..50 {
+        accounts.push(open_funded(&mut client, &format!("k{i}"), "USD", 100_000).await);
+    }
+    let calls = || -> Vec<Call> {
+        (0..1_000)
+            .map(|i| {
+                Call::Charge(charge(
+                    &format!("killed-{i}"),
+                    accounts[i % 50],
+                    1 + i64::try_from(i % 7).unwrap(),
+                ))
+            })
+            .collect()
+    };
+    // The first account's row held: its 20 items cannot commit, so the batch
+    // is still running when the server is killed.
+    let holder = db.lock_account(accounts[0]).await;
+    let sent = tokio::spawn({
+        let mut client = client.clone();
+        let request = batch(calls());
+        async move { client.batch(request).await }
+    });
+    until("some of the batch's items committed", async || {
+        db.count("SELECT COUNT(*) FROM entries WHERE idempotency_key LIKE 'killed-%'")
+            .await
+            >= 100
+    })
+    .await;
+    server.signal(nix::sys::signal::Signal::SIGKILL);
+    let status = server.wait(Duration::from_secs(10)).await;
+    assert!(!status.success(), "{status:?}");
+    drop(holder);
+    let cut = sent.await.unwrap();
+    assert!(cut.is_err(), "the killed server answered nothing");
+    let done = db
+        .count("SELECT COUNT(*) FROM entries WHERE idempotency_key LIKE 'killed-%'")
+        .await;
+    assert!(done <= 980, "killed half way: {done} items had committed");
+
+    let server = LedgerProcess::serve(&db, &[]).await;
+    let mut client = pb::ledger_client::LedgerClient::new(server.channel());
+    let results = run(&mut client, calls()).await;
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r.result, Some(Outcome::Charge(_))))
+    );
+    let replays = results.iter().filter(|r| r.replayed).count();
+    assert!(
+        replays >= 100,
+        "{replays} replayed, at least what had committed"
+    );
+    let (rows, keys): (u64, u64) = db
+        .sql()
+        .await
+        .query_first(
+            "SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM entries \
+             WHERE idempotency_key LIKE 'killed-%'",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((rows, keys), (1_000, 1_000), "each item one entry");
+    for (n, account) in accounts.iter().enumerate() {
+        let charged: i64 = (0..1_000)
+            .filter(|i| i % 50 == n)
+            .map(|i| 1 + i64::try_from(i % 7).unwrap())
+            .sum();
+        assert_eq!(db.balance(*account).await, 100_000 - charged);
+    }
+    assert_audit_passes(&db.url).await;
 }

@@ -1418,3 +1418,69 @@ fn chart_points(page: &http::Answer) -> Vec<(String, u64, i64)> {
         })
         .collect()
 }
+
+/// A batch item's key reads on the key page as its call's would: the method
+/// it wraps and its stored reply's entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_page_shows_a_batch_items_outcome_as_a_calls() {
+    use pb::batch_item::Call;
+    let db = TestDb::new();
+    let app = console(&db, None).await;
+    let site = app.console.unwrap();
+    let mut client = app.client().await;
+    let (a, b) = (
+        app.funded_account("USD", 1000).await,
+        app.funded_account("USD", 0).await,
+    );
+    let items = [
+        Call::Charge(charge("item-charge", a, 25)),
+        Call::Transfer(transfer("item-transfer", a, b, 40)),
+    ];
+    let request = pb::BatchRequest {
+        items: items
+            .into_iter()
+            .map(|call| pb::BatchItem { call: Some(call) })
+            .collect(),
+    };
+    let results = client.batch(request).await.unwrap().into_inner().results;
+    let (
+        Some(pb::batch_result::Result::Charge(charged)),
+        Some(pb::batch_result::Result::Transfer(moved)),
+    ) = (&results[0].result, &results[1].result)
+    else {
+        panic!("{results:?}");
+    };
+    let charged = charged.entry.as_ref().unwrap();
+
+    let page = http::get(site, "/keys?key=item-charge", &[]).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(
+        page.field("method").as_deref(),
+        Some("/ledger.v1.Ledger/Charge")
+    );
+    let rows = page.rows("entry", &["account_id", "amount", "balance_after"]);
+    let expected = [
+        a.to_string(),
+        money::format(charged.amount, "USD"),
+        money::format(charged.balance_after, "USD"),
+    ];
+    assert_eq!(rows, [(charged.entry_id, expected.to_vec())]);
+
+    let page = http::get(site, "/keys?key=item-transfer", &[]).await;
+    assert_eq!(
+        page.field("method").as_deref(),
+        Some("/ledger.v1.Ledger/Transfer")
+    );
+    let ids: Vec<u64> = page
+        .rows("entry", &["account_id"])
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    let expected: Vec<u64> = moved
+        .debit
+        .iter()
+        .chain(&moved.credit)
+        .map(|e| e.entry_id)
+        .collect();
+    assert_eq!(ids, expected);
+}

@@ -5,8 +5,11 @@
 
 use std::io::Write as _;
 
-use crate::ledgerctl;
+use mysql_async::prelude::Queryable as _;
+
+use crate::support::server::until;
 use crate::support::{TestApp, TestDb};
+use crate::{ledgerctl, ledgerctl_within};
 
 fn file_of(lines: &[String]) -> tempfile::NamedTempFile {
     let mut file = tempfile::NamedTempFile::new().unwrap();
@@ -155,4 +158,87 @@ async fn items_left_without_an_outcome_exit_75() {
         "{}",
         run.stderr
     );
+}
+
+/// An import of 100,000 lines killed half way (SIGKILL) and run again: every
+/// line has its outcome, each charged once. The second half's lines name an
+/// account whose row an outside transaction holds, so the first run is stuck
+/// past the first half when it is killed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_import_of_100000_lines_killed_half_way_and_run_again_charges_each_line_once() {
+    const LINES: usize = 100_000;
+    const HALF: usize = LINES / 2;
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let mut accounts = Vec::new();
+    for _ in 0..20 {
+        accounts.push(app.funded_account("USD", 1_000_000).await);
+    }
+    // The first half on accounts 1 to 19; the second on all 20.
+    let account_of = |i: usize| {
+        if i < HALF {
+            accounts[1 + i % 19]
+        } else {
+            accounts[i % 20]
+        }
+    };
+    let lines: Vec<String> = (0..LINES)
+        .map(|i| charge(&format!("bulk-{i}"), account_of(i), 1))
+        .collect();
+    let file = file_of(&lines);
+    let path = file.path().to_str().unwrap();
+    let count = "SELECT COUNT(*) FROM entries WHERE idempotency_key LIKE 'bulk-%'";
+
+    let holder = db.lock_account(accounts[0]).await;
+    let mut first = tokio::process::Command::new(env!("CARGO_BIN_EXE_ledgerctl"))
+        .args(["-o", "json", "batch", "--file", path, "--timeout", "120s"])
+        .env("LEDGER_SERVER", app.url())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    until("the first half of the file is charged", async || {
+        db.count(count).await >= u64::try_from(HALF).unwrap()
+    })
+    .await;
+    first.kill().await.unwrap();
+    drop(holder);
+    let done = db.count(count).await;
+    assert!(
+        done < u64::try_from(LINES).unwrap(),
+        "killed half way: {done} lines charged"
+    );
+
+    let again = ledgerctl_within(
+        &app.url(),
+        &["-o", "json", "batch", "--file", path],
+        std::time::Duration::from_secs(600),
+    )
+    .await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    let printed = states(&again.stdout);
+    assert_eq!(printed.len(), LINES);
+    assert!(printed.iter().all(|(_, state, _)| state == "ok"));
+    let replayed = printed.iter().filter(|(_, _, replayed)| *replayed).count();
+    assert!(replayed >= HALF, "{replayed} lines replayed");
+    let (rows, keys): (u64, u64) = db
+        .sql()
+        .await
+        .query_first(
+            "SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM entries \
+             WHERE idempotency_key LIKE 'bulk-%'",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((rows, keys), (100_000, 100_000), "each line one entry");
+    for (n, account) in accounts.iter().enumerate() {
+        let charged = (0..LINES).filter(|i| account_of(*i) == *account).count();
+        assert_eq!(
+            db.balance(*account).await,
+            1_000_000 - i64::try_from(charged).unwrap(),
+            "account {n}"
+        );
+    }
 }
