@@ -16,6 +16,9 @@
 //!   account) and the platform's fee account (the second), and the merchant paying
 //!   the platform: two hot accounts in every call;
 //! - `post-256`: Posts of 256 legs between random accounts;
+//! - `batch`: Batches of `--batch-size` Charges with new keys (each item
+//!   counted as a call, each with its batch's latency); `--concurrency` is
+//!   the batches in flight;
 //! - `idle`: no calls at all: the `--watchers` streams held open for the warm-up
 //!   and the duration (what idle watchers cost, sampled from outside);
 //! - `search`: SearchEntries of one order id, on a ledger of at least
@@ -78,6 +81,8 @@ pub enum Scenario {
     Post,
     #[value(name = "post-256")]
     Post256,
+    /// Batches of `--batch-size` Charges with new keys.
+    Batch,
     Idle,
     Search,
     GetEntry,
@@ -148,6 +153,9 @@ pub struct BenchArgs {
     /// measuring when missing, 250 per post)
     #[arg(long, default_value_t = 1_000_000)]
     pub balance_entries: u64,
+    /// The batch scenario: items a batch
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pub batch_size: u64,
     /// Print one JSON line instead of the report
     #[arg(long)]
     pub json: bool,
@@ -197,6 +205,8 @@ enum Op {
     GetEntry,
     /// GetBalance at a random point of this account's journal.
     Balance(crate::seed::Journal),
+    /// A Batch of this many Charges.
+    Batch(usize),
 }
 
 /// Legs of a `post-256` call.
@@ -304,6 +314,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         seeded,
         balances: points,
         search_matches: args.search_matches,
+        batch_size: usize::try_from(args.batch_size)?,
     });
 
     let before = match &args.database_url {
@@ -386,6 +397,8 @@ struct Plan {
     balances: crate::seed::Balances,
     /// The entries the `search-wide` pair tags.
     search_matches: u64,
+    /// Items of a batch in the `batch` scenario.
+    batch_size: usize,
 }
 
 impl Plan {
@@ -895,6 +908,7 @@ fn choose(plan: &Plan) -> anyhow::Result<(Op, u64)> {
             },
             1,
         ),
+        Scenario::Batch => (Op::Batch(plan.batch_size), 1),
         Scenario::Idle => anyhow::bail!("the idle scenario makes no calls"),
         Scenario::Search => (Op::Search, 1),
         Scenario::GetEntry => (Op::GetEntry, 1),
@@ -1075,6 +1089,7 @@ async fn one_op(
             )]
         }
         Op::HoldCapture => hold_then_capture(client, plan, measured, key, account, amount).await,
+        Op::Batch(items) => batch(client, plan, measured, key, items).await,
         Op::Sale { merchant, platform } => {
             let legs = [
                 (account, merchant, amount),
@@ -1097,6 +1112,58 @@ async fn one_op(
             vec![post(client, plan, measured, key, &chosen).await]
         }
     }
+}
+
+/// A Batch of `items` Charges on random accounts, keyed `{key}-{i}`: one
+/// answer an item, each timed as its batch.
+async fn batch(
+    mut client: LedgerClient<Channel>,
+    plan: &Plan,
+    measured: bool,
+    key: &str,
+    items: usize,
+) -> Vec<(Answer, Duration)> {
+    use pb::batch_result::Result as Outcome;
+    let mut charges = Vec::with_capacity(items);
+    for i in 0..items {
+        let Ok(account) = pick(&plan.accounts) else {
+            break;
+        };
+        charges.push(charge(
+            format!("{key}-{i}"),
+            account,
+            1 + rand::random_range(0..100_i64),
+        ));
+    }
+    let request = pb::BatchRequest {
+        items: charges
+            .iter()
+            .map(|charge| pb::BatchItem {
+                call: Some(pb::batch_item::Call::Charge(charge.clone())),
+            })
+            .collect(),
+    };
+    let started = Instant::now();
+    let answer = client.batch(request).await;
+    let took = started.elapsed();
+    let results = match answer {
+        Ok(reply) => reply.into_inner().results,
+        Err(status) => return charges.iter().map(|_| (Err(status.code()), took)).collect(),
+    };
+    let mut answers = Vec::with_capacity(items);
+    for (charge, result) in charges.into_iter().zip(results) {
+        let answer = match result.result {
+            Some(Outcome::Charge(reply)) => {
+                plan.replied(measured, reply.entry.iter().map(|e| e.entry_id));
+                let entries = vec![(charge.account_id, -charge.amount)];
+                Ok(Some((charge.idempotency_key, entries)))
+            }
+            Some(Outcome::Error(status)) => Err(Code::from_i32(status.code)),
+            _ => Err(Code::Internal),
+        };
+        answers.push((answer, took));
+    }
+    answers
 }
 
 /// The first page of the `search-wide` pair, which must be full.
