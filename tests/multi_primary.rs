@@ -1523,3 +1523,97 @@ async fn measure(routing: &str, workload: &str) -> Tally {
     tally.conflicts -= before;
     tally
 }
+
+/// Two batches naming the same 40 keys (on four accounts), sent at once through
+/// instances on two nodes: an item that conflicted at certification and came
+/// back retryable is sent again as its own call, as a client settles it. Each
+/// key takes effect once, and where both batches answered an item, they agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn two_batches_sharing_keys_through_two_nodes_take_each_key_once() {
+    use pb::batch_item::Call;
+    use pb::batch_result::Result as Outcome;
+    let db = cluster_db();
+    let apps = instances(&db, |_| Config::default()).await;
+    let mut accounts = Vec::new();
+    for _ in 0..4 {
+        accounts.push(apps[0].funded_account("USD", 10_000).await);
+    }
+    let channels = channels(&apps[..2]).await;
+    let charges: Vec<pb::ChargeRequest> = (0..40)
+        .map(|i| {
+            charge(
+                &format!("pair-batch-{i}"),
+                accounts[i % 4],
+                1 + i64::try_from(i % 3).unwrap(),
+            )
+        })
+        .collect();
+    let request = pb::BatchRequest {
+        items: charges
+            .iter()
+            .map(|c| pb::BatchItem {
+                call: Some(Call::Charge(c.clone())),
+            })
+            .collect(),
+    };
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let sent: Vec<_> = channels
+        .iter()
+        .map(|channel| {
+            let (channel, request, barrier) = (channel.clone(), request.clone(), barrier.clone());
+            tokio::spawn(async move {
+                let mut client = pb::ledger_client::LedgerClient::new(channel);
+                barrier.wait().await;
+                client.batch(request).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for (batch, channel) in sent.into_iter().zip(&channels) {
+        let results = match batch.await.unwrap() {
+            Ok(reply) => reply.into_inner().results,
+            Err(status) => {
+                assert!(
+                    matches!(status.code(), Code::Aborted | Code::Unavailable),
+                    "{status:?}"
+                );
+                vec![pb::BatchResult::default(); charges.len()]
+            }
+        };
+        // What each item came to: its reply, settled through its own call when
+        // the batch left it retryable.
+        let mut settled = Vec::new();
+        for (result, charge) in results.into_iter().zip(&charges) {
+            let reply = match result.result {
+                Some(Outcome::Charge(reply)) => reply,
+                Some(Outcome::Error(status))
+                    if !matches!(
+                        Code::from_i32(status.code),
+                        Code::Aborted | Code::Unavailable
+                    ) =>
+                {
+                    panic!("{}: {status:?}", charge.idempotency_key)
+                }
+                _ => {
+                    let (_, body) = settle(channel.clone(), charge.clone()).await.unwrap();
+                    <pb::ChargeReply as prost::Message>::decode(body).unwrap()
+                }
+            };
+            settled.push(reply);
+        }
+        answers.push(settled);
+    }
+    assert_eq!(answers[0], answers[1], "one outcome a key");
+    for i in 0..40 {
+        assert_eq!(db.entries_for_key(&format!("pair-batch-{i}")).await, 1);
+    }
+    for (n, account) in accounts.iter().enumerate() {
+        let debited: i64 = (0..40)
+            .filter(|i| i % 4 == n)
+            .map(|i| 1 + i64::try_from(i % 3).unwrap())
+            .sum();
+        assert_eq!(db.balance(*account).await, 10_000 - debited);
+    }
+    assert_audit_passes(&db.url).await;
+}
