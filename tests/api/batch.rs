@@ -1,8 +1,10 @@
 //! Batch (SPEC 3.13): each item is exactly the call it wraps (its key, its
-//! stored reply byte for byte, its declines), items that share an account or a
-//! key take effect in item order, an invalid item leaves its key free, a batch
-//! over 1,000 items runs nothing, one account's stall holds back only its own
-//! items, and a caller needs the grant of every method a batch names.
+//! stored reply byte for byte, its declines), for every keyed RPC and both ways
+//! round; items that share an account or a key take effect in item order, an
+//! invalid item leaves its key free, a batch over 1,000 items runs nothing, one
+//! account's stall holds back only its own items, and a caller needs the grant
+//! of every method a batch names. A batch cut after its COMMIT, racing another
+//! through a second instance, or killed half way takes each item once.
 
 use std::time::Duration;
 
@@ -486,6 +488,20 @@ async fn every_keyed_request_is_an_item_replayed_both_ways() {
     assert_audit_passes(&db.url).await;
 }
 
+/// The journal's entries under keys starting with `prefix`, and their keys.
+async fn entries_and_keys(db: &TestDb, prefix: &str) -> (u64, u64) {
+    db.sql()
+        .await
+        .exec_first(
+            "SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM entries \
+             WHERE idempotency_key LIKE ?",
+            (format!("{prefix}%"),),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 /// A batch's COMMIT goes through and the database's answer is lost (the
 /// connection cut once the outcomes' upsert went out): whatever the first
 /// answer said of an item is what the batch sent again replays, and every item
@@ -534,17 +550,11 @@ async fn a_batch_cut_after_its_commit_and_sent_again_takes_each_item_once() {
             }
         }
     }
-    let (rows, keys): (u64, u64) = db
-        .sql()
-        .await
-        .query_first(
-            "SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM entries \
-             WHERE idempotency_key LIKE 'cut-%'",
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((rows, keys), (40, 40), "each item one entry");
+    assert_eq!(
+        entries_and_keys(&db, "cut-").await,
+        (40, 40),
+        "each item one entry"
+    );
     for account in accounts {
         assert_eq!(db.balance(account).await, 1_000 - 5);
     }
@@ -641,9 +651,7 @@ async fn a_batch_killed_half_way_and_sent_again_takes_each_item_once() {
         async move { client.batch(request).await }
     });
     until("some of the batch's items committed", async || {
-        db.count("SELECT COUNT(*) FROM entries WHERE idempotency_key LIKE 'killed-%'")
-            .await
-            >= 100
+        entries_and_keys(&db, "killed-").await.0 >= 100
     })
     .await;
     server.signal(nix::sys::signal::Signal::SIGKILL);
@@ -652,9 +660,7 @@ async fn a_batch_killed_half_way_and_sent_again_takes_each_item_once() {
     drop(holder);
     let cut = sent.await.unwrap();
     assert!(cut.is_err(), "the killed server answered nothing");
-    let done = db
-        .count("SELECT COUNT(*) FROM entries WHERE idempotency_key LIKE 'killed-%'")
-        .await;
+    let (done, _) = entries_and_keys(&db, "killed-").await;
     assert!(done <= 980, "killed half way: {done} items had committed");
 
     let server = LedgerProcess::serve(&db, &[]).await;
@@ -670,17 +676,11 @@ async fn a_batch_killed_half_way_and_sent_again_takes_each_item_once() {
         replays >= 100,
         "{replays} replayed, at least what had committed"
     );
-    let (rows, keys): (u64, u64) = db
-        .sql()
-        .await
-        .query_first(
-            "SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM entries \
-             WHERE idempotency_key LIKE 'killed-%'",
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((rows, keys), (1_000, 1_000), "each item one entry");
+    assert_eq!(
+        entries_and_keys(&db, "killed-").await,
+        (1_000, 1_000),
+        "each item one entry"
+    );
     for (n, account) in accounts.iter().enumerate() {
         let charged: i64 = (0..1_000)
             .filter(|i| i % 50 == n)
