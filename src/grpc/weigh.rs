@@ -28,7 +28,7 @@ use tonic::server::NamedService;
 use tower::Service;
 
 use super::admission::{Admission, READ_BYTES};
-use super::batch::{BATCH, MAX_ITEMS};
+use super::batch;
 use super::deadline;
 use super::reads::ReadRpc;
 use super::status::report;
@@ -45,37 +45,63 @@ const CALL_BYTES: usize = 8 * 1024;
 /// some 220 bytes for each of the two entries of a leg that takes 12 to 16
 /// bytes on the wire (a post of 256 legs held about 110 KB in flight).
 const REQUEST_FACTOR: usize = 32;
-/// The least a batch's item takes on the wire (a call with a one-character key
-/// and two small numbers).
-const MIN_ITEM_BYTES: usize = 8;
 /// The length prefix of a gRPC message: a compression flag and four bytes of
 /// length.
 const PREFIX: usize = 5;
 
-/// What a call of `method` (the path's last segment) weighs besides its
-/// request; `None` for a call that is not weighed: a WatchEntries stream, or a
-/// method the service does not have (tonic answers UNIMPLEMENTED at once).
-fn base_weight(method: &str) -> Option<usize> {
-    if method == BATCH || <Method as IntoEnumIterator>::iter().any(|m| m.name() == method) {
-        Some(CALL_BYTES)
-    } else if <ReadRpc as IntoEnumIterator>::iter().any(|r| r.name() == method) {
-        Some(READ_BYTES)
-    } else {
-        None
+/// What a request weighs besides its bytes: one call's state, or a batch's
+/// calls'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Weight {
+    /// One call's state.
+    Call(usize),
+    /// A request of many calls (a batch): `each` for every call its length
+    /// could hold at `least` bytes a call on the wire, up to `most` calls.
+    Calls {
+        each: usize,
+        least: usize,
+        most: usize,
+    },
+}
+
+impl Weight {
+    /// The bytes a request of `length` bytes is weighed at.
+    fn of(self, length: usize) -> usize {
+        let base = match self {
+            Self::Call(bytes) => bytes,
+            Self::Calls { each, least, most } => {
+                each.saturating_mul((length / least.max(1)).saturating_add(1).min(most))
+            }
+        };
+        base.saturating_add(length.saturating_mul(REQUEST_FACTOR))
+    }
+
+    /// What a request whose length is not known (malformed, or too large for
+    /// tonic, which refuses it unread) is weighed at: one call's state.
+    fn least(self) -> usize {
+        match self {
+            Self::Call(bytes) | Self::Calls { each: bytes, .. } => bytes,
+        }
     }
 }
 
-/// The bytes a call of `method` and `base` weight with a request of `length`
-/// bytes is weighed at. A batch weighs as the calls its items are: as many as
-/// its length could hold, up to the most it may.
-fn weight(method: &str, base: usize, length: usize) -> usize {
-    let calls = if method == BATCH {
-        (length / MIN_ITEM_BYTES + 1).min(MAX_ITEMS)
+/// How a call of `method` (the path's last segment) is weighed; `None` for a
+/// call that is not: a WatchEntries stream, or a method the service does not
+/// have (tonic answers UNIMPLEMENTED at once).
+fn weight_of(method: &str) -> Option<Weight> {
+    if <Method as IntoEnumIterator>::iter().any(|m| m.name() == method) {
+        Some(Weight::Call(CALL_BYTES))
+    } else if <ReadRpc as IntoEnumIterator>::iter().any(|r| r.name() == method) {
+        Some(Weight::Call(READ_BYTES))
+    } else if method == batch::BATCH {
+        Some(Weight::Calls {
+            each: CALL_BYTES,
+            least: batch::LEAST_ITEM_BYTES,
+            most: batch::MAX_ITEMS,
+        })
     } else {
-        1
-    };
-    base.saturating_mul(calls)
-        .saturating_add(length.saturating_mul(REQUEST_FACTOR))
+        None
+    }
 }
 
 /// Wraps the ledger's service: every call takes its place before its request
@@ -125,7 +151,7 @@ where
             // A clone of the URI shares its bytes.
             let uri = request.uri().clone();
             let method = uri.path().rsplit('/').next().unwrap_or_default();
-            let Some(base) = base_weight(method) else {
+            let Some(rule) = weight_of(method) else {
                 return inner.call(request).await;
             };
             let arrived = Instant::now();
@@ -159,9 +185,9 @@ where
                 }
             };
             let weight = match length {
-                Some(length) if length <= max => weight(method, base, length),
+                Some(length) if length <= max => rule.of(length),
                 // Malformed or too large: tonic refuses it without reading on.
-                _ => base,
+                _ => rule.least(),
             };
             if let Err(e) = admission.weigh(counted, weight, &call, until).await {
                 return Ok(refuse(&e));
@@ -234,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_keyed_call_weighs_its_request_and_a_read_its_page() {
-        let weight = |method, length| base_weight(method).map(|b| weight(method, b, length));
+        let weight = |method, length| weight_of(method).map(|w| w.of(length));
         assert_eq!(
             weight(Method::Charge.name(), 100),
             Some(CALL_BYTES + 100 * REQUEST_FACTOR)
@@ -254,12 +280,12 @@ mod tests {
         assert_eq!(weight(Method::Post.name(), usize::MAX), Some(usize::MAX));
         // A batch: as the calls its length could hold, up to 1,000.
         assert_eq!(
-            weight(BATCH, 20),
+            weight(batch::BATCH, 20),
             Some(3 * CALL_BYTES + 20 * REQUEST_FACTOR)
         );
         assert_eq!(
-            weight(BATCH, 1 << 20),
-            Some(MAX_ITEMS * CALL_BYTES + (1 << 20) * REQUEST_FACTOR)
+            weight(batch::BATCH, 1 << 20),
+            Some(batch::MAX_ITEMS * CALL_BYTES + (1 << 20) * REQUEST_FACTOR)
         );
     }
 
