@@ -31,13 +31,14 @@ pub(super) const BATCH: &str = "Batch";
 /// The most items one batch may hold.
 pub(super) const MAX_ITEMS: usize = 1_000;
 /// The least an item takes on the wire (a call with a one-character key and
-/// two small numbers): a batch is weighed as the calls its length could hold.
+/// two small numbers): a batch is weighed as the calls its length could hold,
+/// up to the chains it runs at once.
 pub(super) const LEAST_ITEM_BYTES: usize = 8;
 /// The most chains of one batch run at once: enough to fill the writers'
 /// group commits (a batch of spread items runs faster than calls at
 /// concurrency 256), few enough that a batch's items in flight hold a fraction
 /// of what 1,000 would.
-const CHAINS_AT_ONCE: usize = 256;
+pub(super) const CHAINS_AT_ONCE: usize = 256;
 
 /// An operation whose reply a batch result carries.
 trait Batched: Operation {

@@ -56,7 +56,8 @@ enum Weight {
     /// One call's state.
     Call(usize),
     /// A request of many calls (a batch): `each` for every call its length
-    /// could hold at `least` bytes a call on the wire, up to `most` calls.
+    /// could hold at `least` bytes a call on the wire, up to the `most` it
+    /// runs at once (its bytes, weighed apart, hold the others).
     Calls {
         each: usize,
         least: usize,
@@ -97,7 +98,7 @@ fn weight_of(method: &str) -> Option<Weight> {
         Some(Weight::Calls {
             each: CALL_BYTES,
             least: batch::LEAST_ITEM_BYTES,
-            most: batch::MAX_ITEMS,
+            most: batch::CHAINS_AT_ONCE,
         })
     } else {
         None
@@ -278,14 +279,15 @@ mod tests {
         assert_eq!(weight(super::super::service::WATCH_ENTRIES, 40), None);
         assert_eq!(weight("NoSuchMethod", 40), None);
         assert_eq!(weight(Method::Post.name(), usize::MAX), Some(usize::MAX));
-        // A batch: as the calls its length could hold, up to 1,000.
+        // A batch: as the calls its length could hold, up to the 256 it runs
+        // at once.
         assert_eq!(
             weight(batch::BATCH, 20),
             Some(3 * CALL_BYTES + 20 * REQUEST_FACTOR)
         );
         assert_eq!(
             weight(batch::BATCH, 1 << 20),
-            Some(batch::MAX_ITEMS * CALL_BYTES + (1 << 20) * REQUEST_FACTOR)
+            Some(256 * CALL_BYTES + (1 << 20) * REQUEST_FACTOR)
         );
     }
 
