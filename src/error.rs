@@ -44,6 +44,10 @@ pub enum Error {
     #[error("hold {0} not found")]
     HoldNotFound(u64),
 
+    /// The subscription does not exist in the caller's namespace (for reads).
+    #[error("subscription {0} not found")]
+    SubscriptionNotFound(u64),
+
     /// Nothing had committed under the key when asked (LookupKey).
     #[error("no operation under this key")]
     KeyNotFound,
@@ -139,6 +143,7 @@ impl Error {
             Self::AccountNotFound(_) => "account_not_found",
             Self::EntryNotFound(_) => "entry_not_found",
             Self::HoldNotFound(_) => "hold_not_found",
+            Self::SubscriptionNotFound(_) => "subscription_not_found",
             Self::KeyNotFound => "key_not_found",
             Self::KeyReused => "idempotency_key_reused",
             Self::KeyExpired { .. } => "idempotency_key_expired",

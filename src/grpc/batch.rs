@@ -102,6 +102,7 @@ enum Link {
     Account(u64),
     Entry(u64),
     Hold(u64),
+    Subscription(u64),
     Key(String),
 }
 
@@ -111,6 +112,12 @@ fn links(key: &IdempotencyKey, command: &ops::Command) -> Vec<Link> {
     links.extend(needs.accounts.iter().map(|a| Link::Account(a.get())));
     links.extend(needs.entries.iter().map(|e| Link::Entry(e.get())));
     links.extend(needs.holds.iter().map(|h| Link::Hold(h.get())));
+    links.extend(
+        needs
+            .subscriptions
+            .iter()
+            .map(|s| Link::Subscription(s.get())),
+    );
     links.extend(
         needs
             .originals

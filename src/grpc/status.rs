@@ -95,6 +95,7 @@ fn code(error: &Error) -> Code {
         Error::AccountNotFound(_)
         | Error::EntryNotFound(_)
         | Error::HoldNotFound(_)
+        | Error::SubscriptionNotFound(_)
         | Error::KeyNotFound => Code::NotFound,
         Error::KeyReused | Error::KeyExpired { .. } => Code::FailedPrecondition,
         Error::KeyInProgress { .. } | Error::AccountBusy { .. } | Error::Conflict { .. } => {
@@ -118,6 +119,7 @@ fn reason(error: &Error) -> &'static str {
         Error::AccountNotFound(_) => "ACCOUNT_NOT_FOUND",
         Error::EntryNotFound(_) => "ENTRY_NOT_FOUND",
         Error::HoldNotFound(_) => "HOLD_NOT_FOUND",
+        Error::SubscriptionNotFound(_) => "SUBSCRIPTION_NOT_FOUND",
         Error::KeyNotFound => "KEY_NOT_FOUND",
         Error::KeyReused => "IDEMPOTENCY_KEY_REUSED",
         Error::KeyExpired { .. } => "IDEMPOTENCY_KEY_EXPIRED",
@@ -155,6 +157,7 @@ fn message(error: &Error) -> String {
         Error::AccountNotFound(id) => format!("account {id} does not exist"),
         Error::EntryNotFound(id) => format!("entry {id} does not exist"),
         Error::HoldNotFound(id) => format!("hold {id} does not exist"),
+        Error::SubscriptionNotFound(id) => format!("subscription {id} does not exist"),
         Error::KeyNotFound => "nothing has taken effect under this idempotency key".into(),
         Error::KeyReused => "this idempotency key was already used for a different request; \
                              use a new key for a new request"
@@ -204,6 +207,7 @@ fn metadata(error: &Error) -> Vec<(&'static str, String)> {
         Error::AccountNotFound(id) => vec![("account_id", id.to_string())],
         Error::EntryNotFound(id) => vec![("entry_id", id.to_string())],
         Error::HoldNotFound(id) => vec![("hold_id", id.to_string())],
+        Error::SubscriptionNotFound(id) => vec![("subscription_id", id.to_string())],
         Error::KeyExpired {
             method,
             first_used_at,

@@ -11,7 +11,7 @@
 use chrono::{DateTime, Utc};
 
 use super::model::HoldState;
-use super::values::{AccountId, Amount, Currency, EntryId, HoldId};
+use super::values::{AccountId, Amount, Currency, EntryId, HoldId, SubscriptionId};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decline {
@@ -192,6 +192,23 @@ impl Decline {
             "ENTRY_NOT_FOUND",
             format!("entry {entry_id} does not exist"),
             vec![("entry_id", entry_id.to_string())],
+        )
+    }
+
+    pub fn subscription_not_found(id: SubscriptionId) -> Self {
+        Self::not_found(
+            "SUBSCRIPTION_NOT_FOUND",
+            format!("subscription {id} does not exist"),
+            vec![("subscription_id", id.to_string())],
+        )
+    }
+
+    /// A deleted subscription asked to deliver again.
+    pub fn subscription_deleted(id: SubscriptionId) -> Self {
+        Self::precondition(
+            "SUBSCRIPTION_DELETED",
+            format!("subscription {id} was deleted and cannot be resumed or paused"),
+            vec![("subscription_id", id.to_string())],
         )
     }
 

@@ -14,6 +14,7 @@ pub mod limits;
 pub mod metadata;
 pub mod model;
 pub mod outcome;
+pub mod subscription;
 pub mod values;
 
 pub use book::{Book, Needs};
@@ -23,7 +24,8 @@ pub use limits::Limits;
 pub use metadata::Metadata;
 pub use model::{Account, Balance, BalancePoint, Effect, Entry, EntryKind, Hold, HoldState};
 pub use outcome::{DeclineEncoder, KeyedOutcome, StoredOutcome};
+pub use subscription::{SubscriptionRow, SubscriptionState};
 pub use values::{
     AccountId, Amount, Currency, Description, EntryId, FieldViolation, HoldId, IdempotencyKey,
-    Namespace, ScopedKey, Ttl,
+    Namespace, ScopedKey, SubscriptionId, Ttl,
 };

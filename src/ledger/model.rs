@@ -26,6 +26,8 @@ pub enum Effect {
     ResolvedHold(HoldState),
     /// An account it opened.
     OpenedAccount,
+    /// A subscription it created.
+    CreatedSubscription,
 }
 
 impl Effect {
@@ -33,7 +35,10 @@ impl Effect {
     /// others gained theirs with the `effect-keys` migration, and the key rows of
     /// calls whose effects were all made before it are their only record.
     pub fn always_keyed(self) -> bool {
-        matches!(self, Self::Entry(_) | Self::PlacedHold)
+        matches!(
+            self,
+            Self::Entry(_) | Self::PlacedHold | Self::CreatedSubscription
+        )
     }
 }
 

@@ -78,6 +78,11 @@ id_type!(
     HoldId,
     "hold id"
 );
+id_type!(
+    /// A subscription's id (SPEC 3.15).
+    SubscriptionId,
+    "subscription id"
+);
 
 /// A positive amount of money in minor units (cents). Never a float.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,12 +21,14 @@
 //! - `method`: [`Method`], generated from the registry.
 //! - `parse`, `messages`: what the operations share on the wire side.
 //! - `account_amount`: the fields of Credit and Charge.
+//! - `subscription`: what the subscription operations share.
 
 pub(crate) mod account_amount;
 mod messages;
 mod method;
 mod operation;
 mod parse;
+pub(crate) mod subscription;
 #[cfg(test)]
 pub(crate) mod testing;
 
@@ -37,7 +39,8 @@ pub use operation::{Command, Keyed, Named, Operation, Registered};
 pub use parse::{Violations, single};
 
 /// Every keyed operation: its stored method code (kept with each key row: never
-/// renumber or reuse one), its type, and its RPC, which names its module.
+/// renumber or reuse one; 12 to 14 are kept for account sets), its type, and its
+/// RPC, which names its module.
 /// Expands to `$callback! { code => Type rpc, ... }`.
 macro_rules! operations {
     ($callback:ident) => {
@@ -53,6 +56,10 @@ macro_rules! operations {
             9 => Post post,
             10 => SetLimits set_limits,
             11 => Reverse reverse,
+            15 => CreateSubscription create_subscription,
+            16 => PauseSubscription pause_subscription,
+            17 => ResumeSubscription resume_subscription,
+            18 => DeleteSubscription delete_subscription,
         }
     };
 }

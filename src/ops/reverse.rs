@@ -241,6 +241,12 @@ fn legs(original: &Original) -> Result<Vec<Leg<'_>>, Refusal> {
             Some(Method::PlaceHold) => return Err(not_reversible("a hold's placement")),
             Some(Method::VoidHold) => return Err(not_reversible("a hold's void")),
             Some(Method::SetLimits) => return Err(not_reversible("a SetLimits")),
+            Some(
+                Method::CreateSubscription
+                | Method::PauseSubscription
+                | Method::ResumeSubscription
+                | Method::DeleteSubscription,
+            ) => return Err(not_reversible("a subscription's change")),
             None => return Err(Refusal::Internal(format!("a key row of method {method}"))),
         },
         // Its key row purged: the entries it left say what it was.

@@ -55,6 +55,9 @@ pub(crate) fn ids() -> NewIds {
             .map(|n| EntryId::parse("e", n).unwrap())
             .collect(),
         holds: (500..510).map(|n| HoldId::parse("h", n).unwrap()).collect(),
+        subscriptions: (700..710)
+            .map(|n| crate::ledger::SubscriptionId::parse("s", n).unwrap())
+            .collect(),
     }
 }
 

@@ -370,6 +370,10 @@ async fn call_alone(channel: Channel, call: Call) -> (MetadataMap, Vec<u8>) {
         Call::Post(r) => raw_call(channel, "Post", r).await,
         Call::Reverse(r) => raw_call(channel, "Reverse", r).await,
         Call::SetLimits(r) => raw_call(channel, "SetLimits", r).await,
+        Call::CreateSubscription(r) => raw_call(channel, "CreateSubscription", r).await,
+        Call::PauseSubscription(r) => raw_call(channel, "PauseSubscription", r).await,
+        Call::ResumeSubscription(r) => raw_call(channel, "ResumeSubscription", r).await,
+        Call::DeleteSubscription(r) => raw_call(channel, "DeleteSubscription", r).await,
     };
     let (meta, body) = answer.expect("the call is answered");
     (meta, body.to_vec())
@@ -389,12 +393,18 @@ fn reply_bytes(result: &pb::BatchResult) -> Vec<u8> {
         Some(Outcome::Post(r)) => r.encode_to_vec(),
         Some(Outcome::Reverse(r)) => r.encode_to_vec(),
         Some(Outcome::SetLimits(r)) => r.encode_to_vec(),
+        Some(Outcome::CreateSubscription(r)) => r.encode_to_vec(),
+        Some(
+            Outcome::PauseSubscription(r)
+            | Outcome::ResumeSubscription(r)
+            | Outcome::DeleteSubscription(r),
+        ) => r.encode_to_vec(),
         other => panic!("expected a reply, found {other:?}"),
     }
 }
 
 /// The calls that need nothing but two accounts: every keyed RPC but those
-/// that name an entry, a hold or a key.
+/// that name an entry, a hold, a key or a subscription.
 fn first_calls(p: &str, a: u64, b: u64) -> Vec<Call> {
     let hour = Duration::from_secs(3600);
     vec![
@@ -410,15 +420,26 @@ fn first_calls(p: &str, a: u64, b: u64) -> Vec<Call> {
             b,
             limits(Some(-10), None),
         )),
+        Call::CreateSubscription(pb::CreateSubscriptionRequest {
+            idempotency_key: format!("{p}-subscribe"),
+            url: format!("https://hooks.invalid/{p}"),
+            account_ids: vec![a],
+            after_sequence: Some(0),
+            ..Default::default()
+        }),
     ]
 }
 
-/// The calls that name what `first` made: its charge's entry, its holds and
-/// its transfer's key.
+/// The calls that name what `first` made: its charge's entry, its holds, its
+/// transfer's key, and its subscription (paused, resumed, deleted, in order).
 fn second_calls(p: &str, first: &[pb::BatchResult]) -> Vec<Call> {
     let Some(Outcome::Charge(charged)) = &first[2].result else {
         panic!("{:?}", first[2]);
     };
+    let Some(Outcome::CreateSubscription(created)) = &first[8].result else {
+        panic!("{:?}", first[8]);
+    };
+    let subscribed = created.subscription.as_ref().unwrap().subscription_id;
     let hold = |result: &pb::BatchResult| match &result.result {
         Some(Outcome::PlaceHold(placed)) => placed.hold.as_ref().unwrap().hold_id,
         other => panic!("{other:?}"),
@@ -432,7 +453,17 @@ fn second_calls(p: &str, first: &[pb::BatchResult]) -> Vec<Call> {
         Call::CaptureHold(capture(&format!("{p}-capture"), hold(&first[4]), 30)),
         Call::VoidHold(void(&format!("{p}-void"), hold(&first[5]))),
         Call::Reverse(reverse(&format!("{p}-reverse"), &format!("{p}-transfer"))),
+        Call::PauseSubscription(subscription(&format!("{p}-pause"), subscribed)),
+        Call::ResumeSubscription(subscription(&format!("{p}-resume"), subscribed)),
+        Call::DeleteSubscription(subscription(&format!("{p}-delete"), subscribed)),
     ]
+}
+
+fn subscription(key: &str, subscription_id: u64) -> pb::SubscriptionRequest {
+    pb::SubscriptionRequest {
+        idempotency_key: key.into(),
+        subscription_id,
+    }
 }
 
 /// Every keyed request as an item, both ways round: an item then the call with
@@ -463,7 +494,7 @@ async fn every_keyed_request_is_an_item_replayed_both_ways() {
         assert!(replayed(&meta), "{result:?}");
         assert_eq!(body, expected, "{result:?}");
     }
-    assert_eq!(methods.len(), 11, "every keyed RPC: {methods:?}");
+    assert_eq!(methods.len(), 15, "every keyed RPC: {methods:?}");
 
     // A call, then its item.
     let mut alone = Vec::new();
@@ -475,7 +506,7 @@ async fn every_keyed_request_is_an_item_replayed_both_ways() {
         alone.push(call_alone(channel.clone(), call).await);
     }
     let second = run(&mut client, second_calls("call", &first)).await;
-    assert_eq!(alone.len(), 12);
+    assert_eq!(alone.len(), 16);
     for ((meta, body), result) in alone.iter().zip(first.iter().chain(&second)) {
         assert!(!replayed(meta), "each call ran once, first");
         assert!(result.replayed, "{result:?}");

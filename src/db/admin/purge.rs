@@ -267,7 +267,7 @@ async fn report_oldest(conn: &mut Conn) -> anyhow::Result<()> {
 fn keyed_since_effect_keys() -> String {
     use strum::IntoEnumIterator as _;
     let codes: Vec<String> = Method::iter()
-        .filter(|m| !m.effects().iter().any(|e| e.always_keyed()))
+        .filter(|m| !m.effects().is_empty() && !m.effects().iter().any(|e| e.always_keyed()))
         .map(|m| m.code().to_string())
         .collect();
     if codes.is_empty() {

@@ -33,7 +33,7 @@ use crate::db::conn::failure::Failure;
 use crate::db::conn::pool::Pool;
 use crate::error::Error;
 use crate::ledger::book::{NewIds, RowCounts};
-use crate::ledger::{AccountId, EntryId, HoldId};
+use crate::ledger::{AccountId, EntryId, HoldId, SubscriptionId};
 use crate::telemetry::metrics;
 
 /// Ids per block: one allocation (a durable commit) per this many rows.
@@ -55,6 +55,7 @@ enum Kind {
     Accounts,
     Entries,
     Holds,
+    Subscriptions,
 }
 
 impl Kind {
@@ -64,6 +65,7 @@ impl Kind {
             Self::Accounts => "accounts",
             Self::Entries => "entries",
             Self::Holds => "holds",
+            Self::Subscriptions => "subscriptions",
         }
     }
 }
@@ -88,6 +90,7 @@ struct Free {
     accounts: Stock,
     entries: Stock,
     holds: Stock,
+    subscriptions: Stock,
 }
 
 impl Free {
@@ -96,6 +99,7 @@ impl Free {
             Kind::Accounts => &mut self.accounts,
             Kind::Entries => &mut self.entries,
             Kind::Holds => &mut self.holds,
+            Kind::Subscriptions => &mut self.subscriptions,
         }
     }
 }
@@ -123,10 +127,14 @@ impl Ids {
             .take(Kind::Entries, counts.entries, pool, until)
             .await?;
         let holds = self.take(Kind::Holds, counts.holds, pool, until).await?;
+        let subscriptions = self
+            .take(Kind::Subscriptions, counts.subscriptions, pool, until)
+            .await?;
         Ok(NewIds {
             accounts: ids(accounts, AccountId::new),
             entries: ids(entries, EntryId::new),
             holds: ids(holds, HoldId::new),
+            subscriptions: ids(subscriptions, SubscriptionId::new),
         })
     }
 
@@ -135,9 +143,11 @@ impl Ids {
         let accounts: Vec<u64> = unused.accounts.iter().map(|i| i.get()).collect();
         let entries: Vec<u64> = unused.entries.iter().map(|i| i.get()).collect();
         let holds: Vec<u64> = unused.holds.iter().map(|i| i.get()).collect();
+        let subscriptions: Vec<u64> = unused.subscriptions.iter().map(|i| i.get()).collect();
         self.give_back_raw(Kind::Accounts, &accounts);
         self.give_back_raw(Kind::Entries, &entries);
         self.give_back_raw(Kind::Holds, &holds);
+        self.give_back_raw(Kind::Subscriptions, &subscriptions);
     }
 
     fn give_back_raw(&self, kind: Kind, ids: &[u64]) {

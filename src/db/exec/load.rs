@@ -13,7 +13,9 @@
 //!    their entries and whether they were reversed, by a plain read. Their
 //!    entries' accounts were located before the probe; an operation that
 //!    committed since (its key row was waited for) names accounts not locked,
-//!    and the attempt starts again, to lock them.
+//!    and the attempt starts again, to lock them;
+//! 5. the named subscriptions, by primary key, and the stream's head when a
+//!    call needs it.
 //!
 //! Every change to an account's holds or to what an entry has had refunded is made
 //! by a transaction holding that account's lock, so step 3 never waits, and the
@@ -34,10 +36,12 @@ use crate::db::conn::failure::Failure;
 use crate::db::conn::failure::Step;
 use crate::db::conn::pool::Pool;
 use crate::db::conn::tx::Tx;
-use crate::db::tables::{accounts, effects, entries, holds, metadata, reversals};
+use crate::db::tables::{accounts, effects, entries, holds, metadata, reversals, subscriptions};
 use crate::error::Error;
 use crate::ledger::book::{AccountRow, Original, Record, RowCounts};
-use crate::ledger::{AccountId, Book, Entry, Hold, HoldId, Needs, ScopedKey};
+use crate::ledger::{
+    AccountId, Book, Entry, Hold, HoldId, Needs, ScopedKey, SubscriptionId, SubscriptionRow,
+};
 
 /// What the probe and the look-ups before it found of the rows the calls name.
 #[derive(Debug, Clone, Copy)]
@@ -103,8 +107,37 @@ pub(crate) async fn book(
             ..RowCounts::default()
         })
     });
+    let (subscriptions, stream_head) = load_subscriptions(tx, needs).await?;
     let ids = ids.reserve(creates, reads, until).await?;
-    Ok(Book::new(now, accounts, entries, holds, ids).with_originals(originals))
+    Ok(Book::new(now, accounts, entries, holds, ids)
+        .with_originals(originals)
+        .with_subscriptions(subscriptions, stream_head))
+}
+
+/// Locks the subscriptions the calls name, and reads the highest sequence
+/// assigned when a call needs it: after every other read, so the accounts'
+/// first plain read stays first.
+async fn load_subscriptions(
+    tx: &mut Tx<'_>,
+    needs: &[Needs],
+) -> Result<(Vec<SubscriptionRow>, Option<u64>), Failure> {
+    let mut named: Vec<SubscriptionId> = needs
+        .iter()
+        .flat_map(|n| n.subscriptions.iter().copied())
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    let rows = if named.is_empty() {
+        Vec::new()
+    } else {
+        subscriptions::lock(tx, &named).await?
+    };
+    let head = if needs.iter().any(|n| n.stream_head) {
+        Some(entries::stream_head(tx).await?)
+    } else {
+        None
+    };
+    Ok((rows, head))
 }
 
 /// The operations named by key: their entries, whether a reversal of each

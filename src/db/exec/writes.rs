@@ -25,7 +25,9 @@
 //! (README, Performance), so it is spared them.
 
 use crate::db::tables::idempotency;
-use crate::db::tables::{accounts, commits, entries, holds, limits, metadata, reversals};
+use crate::db::tables::{
+    accounts, commits, entries, holds, limits, metadata, reversals, subscriptions,
+};
 use crate::error::Error;
 use crate::ledger::book::Changes;
 use crate::ledger::{Fingerprint, Metadata, ScopedKey, StoredOutcome};
@@ -100,7 +102,7 @@ pub(crate) fn commit_batch(
 }
 
 /// The writes of what the decisions changed, table by table: accounts and their
-/// limits, entries, reversals, commits, refunded amounts, holds.
+/// limits, entries, reversals, commits, refunded amounts, holds, subscriptions.
 fn row_writes<'k>(
     changes: &Changes,
     key_of: impl Fn(usize) -> Option<&'k ScopedKey> + Copy,
@@ -148,6 +150,15 @@ fn row_writes<'k>(
         statements.push(entries::refunded_sql(row, guard));
     }
     statements.extend(hold_writes(changes, key_of, guard)?);
+    statements.extend(subscriptions::insert_sql(
+        &changes.new_subscriptions,
+        key_of,
+        changes.now,
+        guard,
+    )?);
+    for row in &changes.subscriptions {
+        statements.push(subscriptions::update_sql(row, guard));
+    }
     Ok(statements)
 }
 

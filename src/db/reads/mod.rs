@@ -10,6 +10,7 @@
 //! - `balances`: a balance at a point.
 //! - `keys`: a key's stored outcome.
 //! - `numbering`: the waits for the change stream's numbers.
+//! - `subscriptions`: a client's subscriptions.
 
 mod balances;
 mod handle;
@@ -17,5 +18,6 @@ mod keys;
 mod numbering;
 mod rows;
 mod search;
+mod subscriptions;
 
 pub use handle::{Found, HoldPage, Page, Reads};

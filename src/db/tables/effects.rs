@@ -25,6 +25,7 @@ enum Source {
     Account = 4,
     /// An entry of a reversal, whose kinds other calls write too.
     ReversalEntry = 5,
+    Subscription = 6,
 }
 
 #[derive(Debug, QueryableByName)]
@@ -81,6 +82,7 @@ impl Row {
                 HoldState::from_code(self.detail).map(Effect::ResolvedHold)
             }
             Some(Source::Account) => Some(Effect::OpenedAccount),
+            Some(Source::Subscription) => Some(Effect::CreatedSubscription),
             None => None,
         };
         FirstUse {
@@ -137,16 +139,19 @@ pub(crate) async fn first_use(
              WHERE resolved_namespace = ? AND resolved_key = ? \
            UNION ALL SELECT {account}, 0, created_at FROM accounts \
              WHERE namespace = ? AND idempotency_key = ? \
+           UNION ALL SELECT {subscription}, 0, created_at FROM subscriptions \
+             WHERE namespace = ? AND idempotency_key = ? \
          ) effects ORDER BY at LIMIT 1",
         entry = Source::Entry as u8,
         placed = Source::PlacedHold as u8,
         resolved = Source::ResolvedHold as u8,
         account = Source::Account as u8,
         reversal = Source::ReversalEntry as u8,
+        subscription = Source::Subscription as u8,
     ));
     let namespace = key.namespace.as_str().as_bytes();
     let name = key.key.as_str().as_bytes();
-    let sql = (0..4).fold(sql, |sql, _| {
+    let sql = (0..5).fold(sql, |sql, _| {
         sql.bind(Bind::Bytes(namespace)).bind(Bind::Bytes(name))
     });
     let rows: Vec<Row> = tx.load(Step::ReadKey, sql).await?;

@@ -14,6 +14,7 @@
 //! - `reversals`: the operations reversed, whose primary key lets none be
 //!   reversed twice.
 //! - `metadata`: a call's pairs, and the pairs searches start from.
+//! - `subscriptions`: the endpoints told of entries, their leases and cursors.
 
 pub(crate) mod accounts;
 pub(crate) mod balances;
@@ -25,3 +26,4 @@ pub(crate) mod idempotency;
 pub(crate) mod limits;
 pub(crate) mod metadata;
 pub(crate) mod reversals;
+pub(crate) mod subscriptions;

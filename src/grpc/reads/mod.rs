@@ -30,6 +30,8 @@ macro_rules! reads {
             ListAccounts list_accounts,
             ListHolds list_holds,
             GetBalance get_balance,
+            GetSubscription get_subscription,
+            ListSubscriptions list_subscriptions,
         }
     };
 }

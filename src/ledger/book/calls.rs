@@ -13,8 +13,9 @@ use super::rows::{
 use crate::ledger::decline::{Decline, Refusal};
 use crate::ledger::metadata::Metadata;
 use crate::ledger::model::{Account, Hold, HoldState};
+use crate::ledger::subscription::SubscriptionRow;
 use crate::ledger::values::{
-    AccountId, Currency, EntryId, HoldId, IdempotencyKey, Namespace, ScopedKey,
+    AccountId, Currency, EntryId, HoldId, IdempotencyKey, Namespace, ScopedKey, SubscriptionId,
 };
 
 #[derive(Debug)]
@@ -27,6 +28,8 @@ pub(super) enum Undo {
     NewHold,
     ResolvedHold,
     Reversal,
+    Subscription(SubscriptionId, SubscriptionRow),
+    NewSubscription,
 }
 
 #[derive(Debug)]
@@ -47,6 +50,12 @@ pub struct Book {
     pub(super) expired: Vec<Hold>,
     pub(super) originals: BTreeMap<ScopedKey, Original>,
     pub(super) reversals: Vec<NewReversal>,
+    pub(super) subscriptions: BTreeMap<SubscriptionId, SubscriptionRow>,
+    pub(super) locked_subscriptions: BTreeMap<SubscriptionId, SubscriptionRow>,
+    /// New subscriptions, each with the call that created it.
+    pub(super) new_subscriptions: Vec<(usize, SubscriptionId)>,
+    /// The highest sequence the change stream had assigned, when a call needs it.
+    pub(super) stream_head: Option<u64>,
     /// The call being decided, and the undo log of its changes.
     pub(super) call: Option<Call>,
     pub(super) calls: usize,
@@ -109,6 +118,10 @@ impl Book {
             expired: Vec::new(),
             originals: BTreeMap::new(),
             reversals: Vec::new(),
+            subscriptions: BTreeMap::new(),
+            locked_subscriptions: BTreeMap::new(),
+            new_subscriptions: Vec::new(),
+            stream_head: None,
             call: None,
             calls: 0,
         };
@@ -171,6 +184,15 @@ impl Book {
                 }
                 Undo::ResolvedHold => {
                     self.resolved.pop();
+                }
+                Undo::Subscription(id, row) => {
+                    self.subscriptions.insert(id, row);
+                }
+                Undo::NewSubscription => {
+                    if let Some((_, id)) = self.new_subscriptions.pop() {
+                        self.subscriptions.remove(&id);
+                        self.ids.subscriptions.push_front(id);
+                    }
                 }
                 Undo::Reversal => {
                     if let Some(reversal) = self.reversals.pop()
@@ -248,8 +270,23 @@ impl Book {
             .iter()
             .filter_map(|(call, a)| Some((*call, self.accounts.get(&a.id)?.clone())))
             .collect();
+        let subscriptions = self
+            .locked_subscriptions
+            .iter()
+            .filter_map(|(id, locked)| {
+                let row = self.subscriptions.get(id)?;
+                (row != locked).then(|| row.clone())
+            })
+            .collect();
+        let new_subscriptions = self
+            .new_subscriptions
+            .iter()
+            .filter_map(|(call, id)| Some((*call, self.subscriptions.get(id)?.clone())))
+            .collect();
         Changes {
             now: self.now,
+            new_subscriptions,
+            subscriptions,
             new_accounts,
             accounts,
             new_entries: self.new_entries,

@@ -17,12 +17,14 @@
 //! - `journal`: accounts opened and entries appended, within the limits.
 //! - `holds`: holds placed, resolved, and released once expired.
 //! - `originals`: the operations calls name by key, and their reversals.
+//! - `subscriptions`: subscriptions created and their states changed.
 
 mod calls;
 mod holds;
 mod journal;
 mod originals;
 mod rows;
+mod subscriptions;
 
 pub use calls::{Book, Caller};
 pub use holds::NewHold;

@@ -7,8 +7,9 @@ use chrono::{DateTime, Utc};
 
 use crate::ledger::limits::Limits;
 use crate::ledger::model::{Account, Entry, EntryKind, Hold};
+use crate::ledger::subscription::SubscriptionRow;
 use crate::ledger::values::{
-    AccountId, Amount, Currency, EntryId, HoldId, IdempotencyKey, ScopedKey,
+    AccountId, Amount, Currency, EntryId, HoldId, IdempotencyKey, ScopedKey, SubscriptionId,
 };
 
 /// An account row as locked: the account (with its active holds in `held`), and
@@ -49,6 +50,7 @@ pub struct NewIds {
     pub accounts: VecDeque<AccountId>,
     pub entries: VecDeque<EntryId>,
     pub holds: VecDeque<HoldId>,
+    pub subscriptions: VecDeque<SubscriptionId>,
 }
 
 /// What an operation reads and creates.
@@ -70,6 +72,11 @@ pub struct Needs {
     /// call's own key, their entries' accounts with the others, and an id is
     /// reserved for each entry they wrote.
     pub originals: Vec<IdempotencyKey>,
+    /// Subscriptions named by the request: their rows are locked.
+    pub subscriptions: Vec<SubscriptionId>,
+    /// It reads the highest sequence the change stream has assigned (a
+    /// subscription that starts from now).
+    pub stream_head: bool,
 }
 
 /// An operation named by its key, as the transaction found it once its key row
@@ -110,6 +117,7 @@ pub struct RowCounts {
     pub accounts: usize,
     pub entries: usize,
     pub holds: usize,
+    pub subscriptions: usize,
 }
 
 impl RowCounts {
@@ -119,6 +127,7 @@ impl RowCounts {
             accounts: self.accounts + other.accounts,
             entries: self.entries + other.entries,
             holds: self.holds + other.holds,
+            subscriptions: self.subscriptions + other.subscriptions,
         }
     }
 }
@@ -169,6 +178,10 @@ pub struct Changes {
     /// Holds found still held after they expired, released by this transaction.
     pub expired_holds: Vec<Hold>,
     pub reversals: Vec<NewReversal>,
+    /// New subscriptions, each with the call that created it.
+    pub new_subscriptions: Vec<(usize, SubscriptionRow)>,
+    /// Subscriptions whose state a call changed.
+    pub subscriptions: Vec<SubscriptionRow>,
     /// Ids reserved but not used.
     pub unused: NewIds,
 }

@@ -189,6 +189,21 @@ pub(crate) async fn indexed_sequence(conn: &mut Conn) -> Result<u64, Error> {
         .unwrap_or(0))
 }
 
+/// The highest sequence assigned, read inside a keyed transaction (a plain
+/// read of its snapshot).
+pub(crate) async fn stream_head(
+    tx: &mut crate::db::conn::tx::Tx<'_>,
+) -> Result<u64, crate::db::conn::failure::Failure> {
+    let rows: Vec<Highest> = tx
+        .load(crate::db::conn::failure::Step::Read, Sql::new(HIGHEST_SQL))
+        .await?;
+    Ok(rows
+        .into_iter()
+        .next()
+        .and_then(|r| r.sequence)
+        .unwrap_or(0))
+}
+
 /// The highest sequence assigned (0: none yet). Each round numbers the commits
 /// after the last one and moves `next_sequence` past them in one transaction,
 /// so every entry up to it is visible to any later read.

@@ -1,0 +1,2 @@
+DELETE FROM id_blocks WHERE name = 'subscriptions';
+DROP TABLE subscriptions;
