@@ -161,6 +161,39 @@ expect "GetBalance not reached" '"reason":"POINT_NOT_REACHED"' \
   $G -d '{"account_id":1,"as_of_sequence":999999}' "$ADDR" ledger.v1.Ledger/GetBalance
 expect "ListAccounts" '"accountId": "1"' \
   $G -d '{}' "$ADDR" ledger.v1.Ledger/ListAccounts
+# Subscriptions: the recipe receiver (docs/webhook_receiver.py) subscribed from the
+# first entry, verifying every delivery's signature; then paused, listed, resumed
+# and deleted. The development setup delivers to loopback.
+hook_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+created=$($G -d "{\"idempotency_key\":\"hook-1\",\"url\":\"http://127.0.0.1:$hook_port/hook\",\"after_sequence\":0}" \
+  "$ADDR" ledger.v1.Ledger/CreateSubscription)
+secret=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])' <<<"$created")
+sub_id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["subscription"]["subscriptionId"])' <<<"$created")
+[[ $secret == whsec_* ]] || fail "CreateSubscription: no secret in $created"
+echo "ok: CreateSubscription"
+LEDGER_WEBHOOK_SECRET=$secret python3 docs/webhook_receiver.py "$hook_port" 2>"$data/hook.log" &
+hook=$!
+trap 'kill $pid $hook 2>/dev/null || true; rm -rf "$data"' EXIT
+for _ in $(seq 1 150); do
+  grep -q "\"POST /hook HTTP/1.1\" 204" "$data/hook.log" 2>/dev/null && break
+  sleep 0.2
+done
+grep -q '" 204' "$data/hook.log" || { cat "$data/hook.log" >&2; fail "no delivery was verified and acknowledged"; }
+grep -q '" 400' "$data/hook.log" && { cat "$data/hook.log" >&2; fail "the recipe refused a delivery"; }
+echo "ok: the recipe receiver verified and acknowledged a delivery"
+expect "GetSubscription" '"cursor": "[1-9]' \
+  $G -d "{\"subscription_id\":$sub_id}" "$ADDR" ledger.v1.Ledger/GetSubscription
+expect "PauseSubscription" '"state": "SUBSCRIPTION_STATE_PAUSED"' \
+  $G -d "{\"idempotency_key\":\"hook-pause\",\"subscription_id\":$sub_id}" "$ADDR" ledger.v1.Ledger/PauseSubscription
+expect "ListSubscriptions" '"url": "http://127.0.0.1:' \
+  $G -d '{}' "$ADDR" ledger.v1.Ledger/ListSubscriptions
+expect "ResumeSubscription" '"state": "SUBSCRIPTION_STATE_ACTIVE"' \
+  $G -d "{\"idempotency_key\":\"hook-resume\",\"subscription_id\":$sub_id}" "$ADDR" ledger.v1.Ledger/ResumeSubscription
+expect "DeleteSubscription" '"state": "SUBSCRIPTION_STATE_DELETED"' \
+  $G -d "{\"idempotency_key\":\"hook-delete\",\"subscription_id\":$sub_id}" "$ADDR" ledger.v1.Ledger/DeleteSubscription
+expect "GetSubscription of another's or none" '"reason":"SUBSCRIPTION_NOT_FOUND"' \
+  $G -d '{"subscription_id":999999}' "$ADDR" ledger.v1.Ledger/GetSubscription
+kill $hook 2>/dev/null || true
 expect "health" '"status": "SERVING"' \
   $G -d '{"service":"ledger.v1.Ledger"}' "$ADDR" grpc.health.v1.Health/Check
 "$LEDGER" healthcheck --listen "$ADDR" && echo "ok: ledger healthcheck"

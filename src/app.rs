@@ -21,7 +21,8 @@ use crate::console::{self, Console, ConsoleSettings};
 use crate::db::admin::migrate;
 use crate::db::admin::purge::Purger;
 use crate::db::stream::Assigner;
-use crate::db::{self, BeforeCommit, Persistence};
+use crate::db::{self, BeforeCommit, Deliveries, Persistence};
+use crate::deliver::{Deliverer, DeliverySettings};
 use crate::grpc::auth::Authenticator;
 use crate::grpc::connections;
 use crate::grpc::{
@@ -307,8 +308,9 @@ impl Application {
     }
 }
 
-/// The tasks beside the request path: the database's health watch, and, where
-/// configured, retention's purge and the change stream's assigner. They stop
+/// The tasks beside the request path: the database's health watch, the
+/// deliverer of subscriptions, and, where configured, retention's purge and the
+/// change stream's assigner. They stop
 /// together, at shutdown or when serving fails.
 struct Background {
     stop: CancellationToken,
@@ -333,6 +335,15 @@ impl Background {
         if settings.stream_assigner {
             let assigner = Assigner::new(&urls, &settings.session, persistence.stream());
             tasks.spawn(assigner.run(stop.clone()));
+        }
+        let delivery = DeliverySettings {
+            allow_private: settings.webhook_allow_private,
+        };
+        match Deliverer::new(Deliveries::new(persistence.reads().clone()), delivery) {
+            Ok(deliverer) => {
+                tasks.spawn(deliverer.run(stop.clone()));
+            }
+            Err(e) => tracing::error!(error = %e, "cannot deliver to subscribers"),
         }
         Self { stop, tasks }
     }

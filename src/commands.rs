@@ -19,13 +19,17 @@ use ledger_devtools::managed::{ManagedOptions, ManagedServer};
 const DEV_DATABASE: &str = "ledger";
 
 /// `ledger serve`: serves until SIGTERM or SIGINT, then drains and exits. The
-/// development setup (no database URL) turns the console on, on loopback.
+/// development setup (no database URL) turns the console on, on loopback, and
+/// delivers to subscribers on loopback and private addresses.
 pub(crate) async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let development = args.database.database_url.is_empty();
     with_database(&args.database, |url| async move {
         let mut settings = args.settings(url)?;
         if development && settings.console.is_none() {
             settings.console = Some(args.development_console());
+        }
+        if development {
+            settings.webhook_allow_private = true;
         }
         let app = Application::build(settings, None).await?;
         app.run_until(shutdown_signal()).await

@@ -58,6 +58,7 @@ pub mod call;
 pub mod config;
 pub mod console;
 pub mod db;
+pub mod deliver;
 pub mod error;
 pub mod grpc;
 pub mod health;

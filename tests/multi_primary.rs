@@ -1617,3 +1617,56 @@ async fn two_batches_sharing_keys_through_two_nodes_take_each_key_once() {
     }
     assert_audit_passes(&db.url).await;
 }
+
+/// A subscription delivered by the instance on node 3 goes on through the
+/// instance on node 2 when node 3 is lost: the receiver gets every entry, in
+/// order, none skipped, each signature verified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a multi-primary cluster: scripts/galera-cluster.sh or gr-cluster.sh start"]
+async fn deliveries_go_on_through_a_nodes_loss() {
+    let db = cluster_db();
+    let third = on_node(&db, 2, Config::default()).await;
+    let receiver = support::receiver::Receiver::start().await;
+    let mut client = third.client().await;
+    let account = third.funded_account("USD", 1_000_000).await;
+    let reply = client
+        .create_subscription(pb::CreateSubscriptionRequest {
+            idempotency_key: "hook".into(),
+            url: receiver.url(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    receiver.set_secret(reply.secret);
+    let subscription = reply.subscription.unwrap();
+    let channel = third.channel().await;
+    for i in 0..50 {
+        settle(channel.clone(), charge(&format!("before-{i}"), account, 1))
+            .await
+            .unwrap();
+    }
+    // Only the instance on node 3 runs yet: it holds the lease and delivers.
+    let before = support::number_entries(&db).await;
+    let patience = Duration::from_secs(180);
+    receiver
+        .wait_for(|s| s.acknowledged_sequences().contains(&before), patience)
+        .await;
+    let second = on_node(&db, 1, Config::default()).await;
+    let channel = second.channel().await;
+    let node_3 = kill("3");
+    for i in 0..200 {
+        settle(channel.clone(), charge(&format!("after-{i}"), account, 1))
+            .await
+            .unwrap();
+    }
+    let last = support::number_entries(&db).await;
+    let state = receiver
+        .wait_for(|s| s.acknowledged_sequences().contains(&last), patience)
+        .await;
+    let expected: Vec<u64> = (subscription.cursor + 1..=last).collect();
+    assert!(expected.len() >= 250, "{}", expected.len());
+    state.assert_delivered(subscription.subscription_id, &expected);
+    node_3.restart();
+    drop(third);
+}

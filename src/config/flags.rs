@@ -55,6 +55,10 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each is a switch on the command line"
+)]
 pub struct ServeArgs {
     /// Address the gRPC server listens on
     #[arg(long, env = "LEDGER_LISTEN", default_value = "127.0.0.1:50051")]
@@ -214,6 +218,12 @@ pub struct ServeArgs {
     /// within seconds when it stops). At least one instance must be on
     #[arg(long, env = "LEDGER_STREAM_ASSIGNER", value_enum, default_value_t = Switch::On)]
     pub stream_assigner: Switch,
+
+    /// Deliver to subscribers (SPEC 3.15) on loopback and private addresses
+    /// too. Off, such a receiver's deliveries fail with a message saying so; the
+    /// development setup turns it on
+    #[arg(long, env = "LEDGER_WEBHOOK_ALLOW_PRIVATE")]
+    pub webhook_allow_private: bool,
 }
 
 /// A setting that is on or off.

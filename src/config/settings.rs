@@ -83,6 +83,7 @@ impl ServeArgs {
             max_concurrent_streams: self.max_concurrent_streams,
             key_retention: self.key_retention,
             stream_assigner: self.stream_assigner == Switch::On,
+            webhook_allow_private: self.webhook_allow_private,
         })
     }
 }
@@ -167,6 +168,8 @@ pub struct Settings {
     pub key_retention: Option<Duration>,
     /// Run a candidate for the change stream's assigner lease (`db::stream`).
     pub stream_assigner: bool,
+    /// Subscribers on loopback and private addresses are delivered to.
+    pub webhook_allow_private: bool,
 }
 
 impl Settings {

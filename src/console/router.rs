@@ -31,6 +31,7 @@ impl Console {
             .route("/keys", get(pages::key::page))
             .route("/tail", get(pages::tail::page))
             .route("/tail/events", get(pages::tail::events))
+            .route("/subscriptions", get(pages::subscriptions::page))
             .route("/health", get(pages::health::page))
             .route("/login", get(auth::form).post(auth::login))
             .route("/logout", post(auth::logout))

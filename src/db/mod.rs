@@ -8,6 +8,8 @@
 //! - `reads`: the read-only operations ([`Reads`]), composed from the tables'
 //!   statements.
 //! - `watch`: WatchEntries' watchers and the tail they share.
+//! - `deliveries`: what the deliverer of subscriptions reads and writes: its
+//!   leases, the entries after a cursor, the cursor's moves.
 //! - `stream`: the change stream's assigner, a task beside the request path
 //!   that numbers committed entries; writers never touch it.
 //! - `tables`: one file per table: its rows and its statements.
@@ -20,6 +22,7 @@
 
 pub mod admin;
 pub mod conn;
+mod deliveries;
 mod exec;
 mod persistence;
 pub mod plans;
@@ -32,6 +35,7 @@ pub use conn::limits::Limits;
 pub use conn::pool::{MultiPrimary, Pool, PoolSettings, Role, Session};
 pub use conn::route::{Nodes, Routing};
 pub(crate) use conn::tx::within;
+pub use deliveries::{Deliveries, Leased};
 pub use exec::core::{BeforeCommit, BeforeCommitEvent};
 pub use persistence::{Persistence, Pools};
 pub use reads::{Found, HoldPage, Page, Reads};

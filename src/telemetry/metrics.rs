@@ -33,6 +33,32 @@ impl Metric {
     }
 }
 
+const SUBSCRIPTIONS_HELD: Metric = Metric::new(
+    Kind::Gauge,
+    "ledger_subscriptions_delivering",
+    "subscriptions this instance holds the lease of and delivers",
+);
+const DELIVERIES: Metric = Metric::new(
+    Kind::Counter,
+    "ledger_deliveries_total",
+    "requests sent to subscribers, by subscription and result (ok, failed)",
+);
+const SUBSCRIPTION_STATE: Metric = Metric::new(
+    Kind::Gauge,
+    "ledger_subscription_state",
+    "the state of each subscription this instance delivers (1 active, 3 failing), by subscription",
+);
+const SUBSCRIPTION_LAG: Metric = Metric::new(
+    Kind::Gauge,
+    "ledger_subscription_lag_sequences",
+    "sequences read but not yet acknowledged, by subscription",
+);
+const SUBSCRIPTION_LAG_SECONDS: Metric = Metric::new(
+    Kind::GaugeSeconds,
+    "ledger_subscription_lag_seconds",
+    "age of the oldest entry of the last delivery when it was acknowledged, by subscription",
+);
+
 const RPCS: Metric = Metric::new(
     Kind::Counter,
     "ledger_rpcs_total",
@@ -192,6 +218,11 @@ const ALL: &[Metric] = &[
     STREAM_LAG,
     STREAM_SEQUENCE,
     STREAM_ASSIGNER,
+    SUBSCRIPTIONS_HELD,
+    DELIVERIES,
+    SUBSCRIPTION_STATE,
+    SUBSCRIPTION_LAG,
+    SUBSCRIPTION_LAG_SECONDS,
 ];
 
 /// Latency buckets, in seconds: a durable commit takes about a millisecond, a lock
@@ -398,4 +429,44 @@ pub fn database_up(up: bool) {
 
 pub fn node_takes_writes(node: &str, takes: bool) {
     gauge!(NODE_TAKES_WRITES.name, "node" => node.to_owned()).set(if takes { 1.0 } else { 0.0 });
+}
+
+pub fn subscriptions_held(held: usize) {
+    #[allow(clippy::cast_precision_loss)]
+    gauge!(SUBSCRIPTIONS_HELD.name).set(held as f64);
+}
+
+/// A request sent to a subscriber, acknowledged or not.
+pub fn delivery(subscription: u64, ok: bool) {
+    counter!(
+        DELIVERIES.name,
+        "subscription" => subscription.to_string(),
+        "result" => if ok { "ok" } else { "failed" }
+    )
+    .increment(1);
+}
+
+/// How far a subscription is behind: sequences read and not acknowledged, and
+/// the age of the oldest entry of its last acknowledged delivery.
+pub fn subscription_lag(
+    subscription: u64,
+    sequences: u64,
+    oldest: Option<chrono::DateTime<chrono::Utc>>,
+) {
+    let id = subscription.to_string();
+    #[allow(clippy::cast_precision_loss)]
+    gauge!(SUBSCRIPTION_LAG.name, "subscription" => id.clone()).set(sequences as f64);
+    if let Some(oldest) = oldest {
+        let age = (chrono::Utc::now() - oldest)
+            .num_microseconds()
+            .unwrap_or(0);
+        #[allow(clippy::cast_precision_loss)]
+        gauge!(SUBSCRIPTION_LAG_SECONDS.name, "subscription" => id).set(age as f64 / 1e6);
+    }
+}
+
+/// The state of a subscription this instance delivers, by its code.
+pub fn subscription_state(subscription: u64, code: u8) {
+    gauge!(SUBSCRIPTION_STATE.name, "subscription" => subscription.to_string())
+        .set(f64::from(code));
 }

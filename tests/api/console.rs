@@ -16,6 +16,7 @@ use mysql_async::prelude::Queryable as _;
 
 use crate::support::http::{self, Events};
 use crate::support::metadata::{pairs, search, tagged};
+use crate::support::server::until;
 use crate::support::wire::token_line;
 use crate::support::{
     Config, TestApp, TestDb, capture, charge, credit, leg, limits, open_account, place_hold, post,
@@ -1483,4 +1484,92 @@ async fn a_key_page_shows_a_batch_items_outcome_as_a_calls() {
         .map(|e| e.entry_id)
         .collect();
     assert_eq!(ids, expected);
+}
+
+/// The subscriptions page shows what ListSubscriptions answers: each one's
+/// state, cursor and last error, and how far its cursor is behind the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscriptions_page_shows_what_list_subscriptions_answers() {
+    let db = TestDb::new();
+    let app = console(&db, None).await;
+    let site = app.console.unwrap();
+    let mut client = app.client().await;
+    let empty = http::get(site, "/subscriptions", &[]).await;
+    assert_eq!(empty.status, 200, "{}", empty.body);
+    assert_eq!(empty.texts("#no-subscriptions").len(), 1);
+    let create = |key: &str, url: &str| pb::CreateSubscriptionRequest {
+        idempotency_key: key.into(),
+        url: url.into(),
+        after_sequence: Some(0),
+        ..Default::default()
+    };
+    // Nothing listens on port 1: every delivery fails, and says why.
+    let failing = client
+        .create_subscription(create("failing", "http://127.0.0.1:1/hook"))
+        .await
+        .unwrap()
+        .into_inner()
+        .subscription
+        .unwrap();
+    let paused = client
+        .create_subscription(create("paused", "https://hooks.invalid/paused"))
+        .await
+        .unwrap()
+        .into_inner()
+        .subscription
+        .unwrap();
+    client
+        .pause_subscription(pb::SubscriptionRequest {
+            idempotency_key: "pause".into(),
+            subscription_id: paused.subscription_id,
+        })
+        .await
+        .unwrap();
+    let account = app.funded_account("USD", 100).await;
+    until_numbered(site, account, 1, &[]).await;
+    until("the failure is recorded", async || {
+        let mut client = client.clone();
+        let read = client
+            .get_subscription(pb::GetSubscriptionRequest {
+                subscription_id: failing.subscription_id,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        !read.last_error.is_empty()
+    })
+    .await;
+    let api = client
+        .list_subscriptions(pb::ListSubscriptionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let page = http::get(site, "/subscriptions", &[]).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let head: u64 = page.texts("#head")[0].parse().unwrap();
+    assert!(head >= 1, "the stream's head: {head}");
+    let expected: Vec<(u64, Vec<String>)> = api
+        .subscriptions
+        .iter()
+        .map(|s| {
+            let state = s
+                .state()
+                .as_str_name()
+                .trim_start_matches("SUBSCRIPTION_STATE_");
+            let shown = [
+                state.to_owned(),
+                s.cursor.to_string(),
+                (head - s.cursor).to_string(),
+                s.last_error.clone(),
+            ];
+            (s.subscription_id, shown.to_vec())
+        })
+        .collect();
+    assert_eq!(
+        page.rows("subscription", &["state", "cursor", "behind", "last-error"]),
+        expected
+    );
+    assert_eq!(expected[0].1[0], "ACTIVE");
+    assert!(expected[0].1[3].contains("sending failed"), "{expected:?}");
+    assert_eq!(expected[1].1[0], "PAUSED");
 }

@@ -46,6 +46,7 @@ mod sequence;
 mod stalls;
 mod stream;
 mod stream_faults;
+mod subscriptions;
 mod teardown;
 mod transfers;
 mod truthful;

@@ -53,6 +53,8 @@ pub struct Config {
     /// Whether the instance runs a candidate for the change stream's assigner;
     /// `None`: the service's default (on).
     pub stream_assigner: Option<bool>,
+    /// Subscribers on loopback are delivered to (the tests' receivers are).
+    pub webhook_allow_private: bool,
     /// Serve the console too, on a random loopback port.
     pub console: bool,
     /// What the console's sessions are timed by: a test moves it on past their
@@ -87,6 +89,7 @@ impl Default for Config {
             batch_writers: None,
             batch_stall: None,
             stream_assigner: None,
+            webhook_allow_private: true,
             console: false,
             console_clock: ledger::console::Clock::default(),
             console_secure_cookie: false,
@@ -139,6 +142,7 @@ impl Config {
         if let Some(assigner) = self.stream_assigner {
             settings.stream_assigner = assigner;
         }
+        settings.webhook_allow_private = self.webhook_allow_private;
         if let Some(stall) = self.batch_stall {
             settings.limits.batch_stall = stall;
         }

@@ -145,6 +145,10 @@ fn request(
     headers: &[(&str, &str)],
     body: &str,
 ) -> reqwest::RequestBuilder {
+    // The service's reqwest (its deliveries) brings no TLS provider of its own
+    // (`rustls-no-provider`), and features are the crate's, so this one has none
+    // either: the process's is ring, as the service's.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::builder()
         .redirect(redirect::Policy::none())
         .timeout(ANSWER_WITHIN)

@@ -13,7 +13,9 @@
 //! - `stream`: waiting for the change stream's numbers, and its promises in SQL;
 //! - `follow`: a reader of the change stream that checks every entry continues it;
 //! - `cluster`: the multi-primary cluster under test, its engine and its script;
-//! - `limits`: limits moved under load, and the journal walk that checks them.
+//! - `limits`: limits moved under load, and the journal walk that checks them;
+//! - `receiver`: a webhook receiver that verifies every signature, scriptable
+//!   to fail, answer late or go down.
 //!
 //! Each test binary uses a part of it.
 
@@ -34,6 +36,7 @@ pub mod limits;
 pub mod metadata;
 pub mod process;
 pub mod proxy;
+pub mod receiver;
 pub mod server;
 pub mod storm;
 pub mod stream;

@@ -54,6 +54,23 @@
 //! - [`Client::call_encoded`] calls a unary RPC named at run time with a request
 //!   the caller encoded (ledgerctl builds its requests from the descriptor):
 //!   the same loop as the typed methods.
+//! - [`verify_signature`] checks a webhook delivery (SPEC 3.15) on the
+//!   receiver's side: its [`SIGNATURE_HEADER`] against the raw body and the
+//!   subscription's secret, refusing a mismatch and a replay outside the
+//!   tolerance ([`SignatureError`]); [`DELIVERY_ID_HEADER`] names the delivery.
+//!   A receiver verifies each delivery before it trusts the body:
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use ledger_client::{SignatureError, verify_signature};
+//!
+//! /// One delivery's `Ledger-Signature` header and raw body, checked.
+//! fn accept(secret: &str, signature: &str, body: &[u8]) -> Result<(), SignatureError> {
+//!     verify_signature(secret, signature, body, Duration::from_secs(300))
+//! }
+//! # assert!(matches!(accept("whsec_test", "t=1,v1=00", b"{}"), Err(SignatureError::Malformed(_))));
+//! ```
 //!
 //! Layout: `rpc` makes the typed methods and [`METHODS`] from the proto's list
 //! of unary RPCs (`ledger_proto::unary_rpcs!`, generated from the descriptor:
@@ -72,6 +89,9 @@ mod watch;
 pub use batch::Settled;
 pub use client::{Answer, Budget, Builder, Client};
 pub use error::{Decline, Error, Reason, Violation};
+pub use ledger_proto::webhook::{
+    DELIVERY_ID_HEADER, SIGNATURE_HEADER, SignatureError, verify_signature,
+};
 pub use ledger_proto::{code_name, money, pb};
 pub use retry::Backoff;
 pub use rpc::{METHODS, Method};

@@ -11,9 +11,12 @@
 //! - [`unary_rpcs!`]: the service's unary RPCs, generated from the descriptor,
 //!   for the client to generate its typed methods from.
 //! - [`money`]: amounts in their currency's units (`10.00 USD`) and back.
+//! - [`webhook`]: the signature of webhook deliveries (SPEC 3.15), made and
+//!   checked.
 
 pub mod codec;
 pub mod money;
+pub mod webhook;
 
 include!(concat!(env!("OUT_DIR"), "/unary_rpcs.rs"));
 

@@ -14,4 +14,5 @@ pub(super) mod hold;
 pub(super) mod home;
 pub(super) mod key;
 pub(super) mod search;
+pub(super) mod subscriptions;
 pub(super) mod tail;
