@@ -31,12 +31,18 @@ pub use send::is_private;
 
 /// How long a lease lasts without renewal: how soon another instance takes
 /// over the subscriptions of one that died.
-pub const LEASE: Duration = Duration::from_secs(5);
+pub const LEASE: Duration = Duration::from_secs(6);
 /// How often the leases are renewed, and free ones taken.
-pub const RENEW: Duration = Duration::from_secs(1);
+pub const RENEW: Duration = Duration::from_secs(2);
 /// How often the highest sequence assigned is read while this instance
-/// delivers any subscription.
+/// delivers any subscription and entries are coming ([`BUSY_FOR`] after the
+/// last that came)...
 const HEAD_POLL: Duration = Duration::from_millis(10);
+/// ... and while none came for that long: a quiet ledger costs a read every
+/// 50 ms, and its first new entry is seen at most that late.
+const QUIET_POLL: Duration = Duration::from_millis(50);
+/// How long after the head last moved the reads stay [`HEAD_POLL`] apart.
+const BUSY_FOR: Duration = Duration::from_millis(500);
 
 /// How deliveries are made.
 #[derive(Debug, Clone, Copy)]
@@ -69,8 +75,8 @@ impl Deliverer {
         let mut running: HashMap<SubscriptionId, (watch::Sender<Leased>, CancellationToken)> =
             HashMap::new();
         let mut renew = tokio::time::interval(RENEW);
-        let mut poll = tokio::time::interval(HEAD_POLL);
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next_poll = tokio::time::Instant::now();
+        let mut moved_at = tokio::time::Instant::now();
         let lease_ms = u64::try_from(LEASE.as_millis()).unwrap_or(5000);
         loop {
             tokio::select! {
@@ -116,17 +122,22 @@ impl Deliverer {
                     }
                     crate::telemetry::metrics::subscriptions_held(running.len());
                 }
-                _ = poll.tick(), if !running.is_empty() => {
+                () = tokio::time::sleep_until(next_poll), if !running.is_empty() => {
                     match self.db.head().await {
                         Ok(at) => {
-                            head_tx.send_if_modified(|h| {
+                            let moved = head_tx.send_if_modified(|h| {
                                 let moved = at > *h;
                                 *h = (*h).max(at);
                                 moved
                             });
+                            if moved {
+                                moved_at = tokio::time::Instant::now();
+                            }
                         }
                         Err(e) => tracing::debug!(error = %e, "reading the stream's head failed"),
                     }
+                    let busy = moved_at.elapsed() < BUSY_FOR;
+                    next_poll = tokio::time::Instant::now() + if busy { HEAD_POLL } else { QUIET_POLL };
                 }
             }
         }
