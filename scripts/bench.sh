@@ -45,7 +45,8 @@ log() { printf '\n== %s\n' "$*" >&2; }
 # At most 128 watchers (its scenarios open 64 at once): the memory bound the
 # service computes from its limits, and logs, is what every scenario's peak is
 # checked against.
-serve_args=(--max-watchers 128 ${LEDGER_BATCH_WRITERS:+--batch-writers "$LEDGER_BATCH_WRITERS"})
+# Subscribers on loopback: the bench's own receiver.
+serve_args=(--max-watchers 128 --webhook-allow-private ${LEDGER_BATCH_WRITERS:+--batch-writers "$LEDGER_BATCH_WRITERS"})
 # The ceilings' sysbench opens a connection per thread beside the service's pools:
 # at concurrency 256 more than the database server's default 151.
 export LEDGER_MYSQLD_ARGS="${LEDGER_MYSQLD_ARGS:-} --max-connections=$((conc + 256))"
@@ -140,10 +141,17 @@ log "GetBalance of an account of $ledger_entries entries (posted once), and of o
 scenario "balance-deep, $ledger_entries entries" "$conc" "$accounts" --scenario balance-deep \
   --balance-entries "$ledger_entries" >>"$results"
 scenario "balance-shallow, 10 entries" "$conc" "$accounts" --scenario balance-shallow >>"$results"
+# Subscriptions (SPEC 3.15): unique charges again without one, then with one whose
+# receiver (the bench's) times each entry from its call's reply.
+scenario "unique, no subscription" "$conc" "$accounts" --scenario unique >>"$results"
+scenario "unique, 1 subscription" "$conc" "$accounts" --scenario unique --subscriptions 1 >>"$results"
 idle_secs=10; $quick && idle_secs=1
 log "database CPU over $idle_secs s: no stream, then 64 idle streams"
 read -r idle_none idle_held <<<"$(idle_watchers_cpu 64 "$idle_secs" "$target" "$db_url" "$db_pid")"
 [ -n "${idle_held:-}" ] || fail "no idle-watchers sample"
+log "service CPU over $idle_secs s: no subscription, then 1,000 with nothing to deliver"
+read -r subs_none subs_held <<<"$(idle_subscriptions_cpu 1000 "$idle_secs" "$target" "$db_url" "$server")"
+[ -n "${subs_held:-}" ] || fail "no idle-subscriptions sample"
 
 # ledgerctl importing a file of Charges (JSON lines) in batches of 1,000, over 100
 # accounts it opens and funds with two imports first.
@@ -204,7 +212,8 @@ fi
 
 python3 - "$results" "$ceilings" "$accounts" "$flavor" "$conc" "$idle_none" "$idle_held" "$idle_secs" \
   "$idle_kib" "$idle_anon_kib" "$before_kib" "$before_anon_kib" "$after_kib" "$after_anon_kib" \
-  "$bound_bytes" "$bound_terms" "$quick" "$import_lines" "$import_secs" "$import_summary" <<'PY'
+  "$bound_bytes" "$bound_terms" "$quick" "$import_lines" "$import_secs" "$import_summary" \
+  "$subs_none" "$subs_held" <<'PY'
 import json, sys
 PEAK_MIB, RETURN_MIB = 64, 10
 results = [json.loads(l) for l in open(sys.argv[1])]
@@ -213,6 +222,7 @@ idle_none, idle_held, idle_secs = float(sys.argv[6]), float(sys.argv[7]), sys.ar
 idle_mib, idle_anon, before_mib, before_anon, after_mib, after_anon = (int(a) / 1024 for a in sys.argv[9:15])
 bound_mib, bound_terms = int(sys.argv[15]) / (1 << 20), sys.argv[16]
 quick, import_lines, import_secs, import_summary = sys.argv[17] == "true", int(sys.argv[18]), float(sys.argv[19]), sys.argv[20]
+subs_none, subs_held = float(sys.argv[21]), float(sys.argv[22])
 def ratio(rate, key):
     return f"{rate / ceil[key]:.2f}x" if key in ceil else "-"
 for k, v in sorted(ceil.items()):
@@ -239,13 +249,18 @@ print()
 for r in results:
     if "lag_p50_ms" in r:
         p50, p99 = (10, 50) if r["name"].endswith("elsewhere") else (20, 100)
+        what = "the receiver's deliveries" if "subscription" in r["name"] else "every watcher's sequences"
         print(f"stream lag, {r['name']}: reply to arrival p50 {r['lag_p50_ms']:.2f} ms (target {p50}), "
               f"p99 {r['lag_p99_ms']:.2f} ms (target {p99}), max {r['lag_max_ms']:.2f} ms, "
-              f"{r['lag_entries']} entries; every watcher's sequences contiguous")
+              f"{r['lag_entries']} entries; {what} contiguous")
 batch2 = rate("batch x1000, 2 in flight")
 bars = [(batch2 / unique, 2.0, f"unique at concurrency {conc}"),
         (batch2 / rate("unique at concurrency 256"), 1.2, "unique at concurrency 256")]
 print("batch, 2 in flight: " + "; ".join(f"{x:.2f}x {what} (target {t})" for x, t, what in bars))
+subscribed = rate("unique, 1 subscription") / rate("unique, no subscription")
+sub_lag = next(r for r in results if r["name"] == "unique, 1 subscription")
+print(f"unique with 1 subscription: {subscribed:.2f}x without (target 0.95); 1,000 idle subscriptions: "
+      f"service CPU {subs_none:.2f}% of a core without, {subs_held:.2f}% with: {subs_held - subs_none:+.2f}% (target 2%)")
 print(f"ledgerctl batch --file: {import_lines} charges in {import_secs:.1f} s, "
       f"{import_lines / import_secs:.0f} items/s ({import_summary})")
 post256 = next(r for r in results if r["name"].startswith("post-256"))
@@ -268,6 +283,13 @@ print(f"\n{flavor}, durable commits, concurrency {conc}; server, database and lo
       " every scenario's journal and balances checked against its successful calls")
 # A quick run is too short for the batch's targets; a full run that misses one fails.
 over += [f"batch at {x:.2f}x {what}, target {t}x" for x, t, what in bars if x < t and not quick]
+if not quick:
+    if subscribed < 0.95:
+        over.append(f"unique with a subscription at {subscribed:.2f}x without, target 0.95x")
+    if sub_lag["lag_p50_ms"] > 20 or sub_lag["lag_p99_ms"] > 100:
+        over.append(f"delivery lag p50 {sub_lag['lag_p50_ms']:.1f} ms, p99 {sub_lag['lag_p99_ms']:.1f} ms, targets 20 and 100")
+    if subs_held - subs_none > 2:
+        over.append(f"1,000 idle subscriptions cost {subs_held - subs_none:.2f}% of a core, target 2%")
 if over:
     sys.exit(f"bench: a target missed ({PEAK_MIB} MiB at peak and the service's bound, {RETURN_MIB} MiB "
              "more after post-256, the batch's): " + "; ".join(over))

@@ -31,6 +31,10 @@
 //!
 //! `--metadata N` tags every Charge with N pairs (its order id and N - 1 more).
 //!
+//! `--subscriptions N` subscribes a receiver the bench runs N times
+//! (`subscriber`): the first subscription's deliveries are timed as watcher 0's
+//! entries are, and must be contiguous.
+//!
 //! `--watchers N` attaches N `WatchEntries` streams of every account for the run,
 //! from the highest sequence when it starts (from 0 without `--database-url`).
 //! Watcher 0 measures the lag of each entry a measured call wrote: from the
@@ -132,6 +136,14 @@ pub struct BenchArgs {
     /// behind the load) and are not waited for at the end
     #[arg(long, default_value_t = 0)]
     pub slow_watchers: u64,
+    /// Subscriptions (SPEC 3.15) of a receiver the bench runs on loopback, from
+    /// the highest sequence (0 without `--database-url`): the first takes every
+    /// entry and measures the lag from each call's reply to its entries' arrival
+    /// at the receiver (in place of `--watchers`); the others take only an
+    /// account no call touches. The service must deliver to loopback
+    /// (`--webhook-allow-private`)
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub subscriptions: u64,
     /// Open the accounts with limits other than the defaults (a credit line of
     /// 1,000,000 and a ceiling a run never reaches), as a ledger that uses
     /// limits keeps them on every account (a server without limits opens them
@@ -276,17 +288,11 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         args.slow_watchers == 0 || args.slow_watchers < args.watchers,
         "--slow-watchers must leave at least one of the --watchers reading at speed"
     );
-    let connections = usize::try_from(args.concurrency)?.div_ceil(WORKERS_PER_CONNECTION);
-    let mut channels = Vec::new();
-    for _ in 0..connections {
-        channels.push(
-            Endpoint::from_shared(args.target.clone())?
-                .tcp_nodelay(true)
-                .connect()
-                .await
-                .with_context(|| format!("cannot connect to {}", args.target))?,
-        );
-    }
+    anyhow::ensure!(
+        args.watchers == 0 || args.subscriptions == 0,
+        "--watchers and --subscriptions each measure the lag: choose one"
+    );
+    let channels = connect(args).await?;
     let run_id = format!("bench-{:08x}", rand::random::<u32>());
     let accounts = open_accounts(&channels, args, &run_id).await?;
     let replayable = match args.scenario {
@@ -296,9 +302,10 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         _ => Vec::new(),
     };
     let (seeded, points) = seed_reads(args, &channels, &accounts).await?;
-    let follow = match args.watchers {
-        0 => None,
-        n => Some(Arc::new(Follow::new(
+    let follow = match (args.watchers, args.subscriptions) {
+        (0, 0) => None,
+        (0, _) => Some(Arc::new(Follow::new(1, 0)?)),
+        (n, _) => Some(Arc::new(Follow::new(
             usize::try_from(n - args.slow_watchers)?,
             usize::try_from(args.slow_watchers)?,
         )?)),
@@ -321,10 +328,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         Some(url) => Some(balances(url).await?),
         None => None,
     };
-    let watchers = match &follow {
-        Some(follow) => attach(args, follow).await?,
-        None => Vec::new(),
-    };
+    let (watchers, subscribed) = followers(args, follow.as_ref(), &channels, &run_id).await?;
     let started = Instant::now();
     let stop_at = started + args.warmup + args.duration;
     let measure_from = started + args.warmup;
@@ -354,6 +358,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let (cpu, counters) = samplers.finish().await?;
     if let Some(follow) = &follow {
         follow.drain(watchers).await?;
+    }
+    if let Some(channel) = channels.first() {
+        crate::subscriber::unsubscribe(channel.clone(), &subscribed, &run_id).await?;
     }
 
     let report = Report::new(args, &tally, follow.as_deref(), cpu, &counters);
@@ -420,7 +427,7 @@ enum Seen {
 /// What the watchers saw: the lag of each entry of a measured call (reply to
 /// arrival in watcher 0), and how far each watcher got.
 #[derive(Debug)]
-struct Follow {
+pub(crate) struct Follow {
     /// Entries with one instant of the two; an entry whose arrival beats its reply
     /// counts a lag of zero.
     pending: std::sync::Mutex<HashMap<u64, Seen>>,
@@ -430,10 +437,10 @@ struct Follow {
     /// Of those, the ones watcher 0 received.
     matched: AtomicU64,
     /// Streams that have answered their request.
-    open: AtomicU64,
+    pub(crate) open: AtomicU64,
     /// The highest sequence each watcher received: the ones reading at speed,
     /// then the slow ones.
-    reached: Vec<AtomicU64>,
+    pub(crate) reached: Vec<AtomicU64>,
     /// How many of them read at speed (the first ones); the run waits for those.
     fast: usize,
 }
@@ -479,7 +486,7 @@ impl Follow {
         }
     }
 
-    fn received(&self, id: u64, at: Instant) {
+    pub(crate) fn received(&self, id: u64, at: Instant) {
         let mut pending = self.pending();
         match pending.remove(&id) {
             Some(Seen::Replied(replied)) => self.record(replied, at),
@@ -567,19 +574,7 @@ async fn attach(
     args: &BenchArgs,
     follow: &Arc<Follow>,
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<anyhow::Result<()>>>> {
-    let after = match &args.database_url {
-        Some(url) => {
-            let mut conn = mysql_async::Conn::from_url(url.as_str())
-                .await
-                .context("cannot connect to read the highest sequence")?;
-            let highest: Option<u64> = conn
-                .query_first("SELECT next_sequence - 1 FROM ledger_stream WHERE id = 1")
-                .await?;
-            let _ = conn.disconnect().await;
-            highest.unwrap_or(0)
-        }
-        None => 0,
-    };
+    let after = highest_sequence(args).await?;
     let target = args.watch_target.as_ref().unwrap_or(&args.target);
     // The slow watchers read on connections of their own, as slow clients would:
     // on a shared one, the data they leave unread holds the connection's flow
@@ -621,6 +616,64 @@ async fn attach(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     Ok(watchers)
+}
+
+/// The connections the workers share, `WORKERS_PER_CONNECTION` each.
+async fn connect(args: &BenchArgs) -> anyhow::Result<Vec<Channel>> {
+    let connections = usize::try_from(args.concurrency)?.div_ceil(WORKERS_PER_CONNECTION);
+    let mut channels = Vec::new();
+    for _ in 0..connections {
+        channels.push(
+            Endpoint::from_shared(args.target.clone())?
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .with_context(|| format!("cannot connect to {}", args.target))?,
+        );
+    }
+    Ok(channels)
+}
+
+/// What follows the run's entries: the `--watchers` streams, or the receiver of
+/// the `--subscriptions` with their ids.
+async fn followers(
+    args: &BenchArgs,
+    follow: Option<&Arc<Follow>>,
+    channels: &[Channel],
+    run_id: &str,
+) -> anyhow::Result<(Vec<tokio::task::JoinHandle<anyhow::Result<()>>>, Vec<u64>)> {
+    match follow {
+        Some(follow) if args.subscriptions > 0 => {
+            let after = highest_sequence(args).await?;
+            let channel = channels.first().context("no connection")?.clone();
+            let (task, ids) = crate::subscriber::subscribe(
+                channel,
+                args.subscriptions,
+                after,
+                run_id,
+                follow.clone(),
+            )
+            .await?;
+            Ok((vec![task], ids))
+        }
+        Some(follow) => Ok((attach(args, follow).await?, Vec::new())),
+        None => Ok((Vec::new(), Vec::new())),
+    }
+}
+
+/// The highest sequence assigned, from `--database-url` (else 0).
+async fn highest_sequence(args: &BenchArgs) -> anyhow::Result<u64> {
+    let Some(url) = &args.database_url else {
+        return Ok(0);
+    };
+    let mut conn = mysql_async::Conn::from_url(url.as_str())
+        .await
+        .context("cannot connect to read the highest sequence")?;
+    let highest: Option<u64> = conn
+        .query_first("SELECT next_sequence - 1 FROM ledger_stream WHERE id = 1")
+        .await?;
+    let _ = conn.disconnect().await;
+    Ok(highest.unwrap_or(0))
 }
 
 /// One watcher: every entry after `after`, which must come in contiguous

@@ -9,3 +9,4 @@ pub mod cpu;
 pub mod managed;
 pub mod seed;
 pub mod status;
+mod subscriber;
