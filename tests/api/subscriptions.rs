@@ -134,6 +134,9 @@ async fn ten_thousand_entries_arrive_in_order_with_no_gap() {
         state.acknowledged_count(),
         "no failure, no repeat"
     );
+    // At least 100 requests, on the connection the sender keeps open.
+    assert!(state.deliveries.len() >= 100, "{}", state.summary());
+    assert!(state.connections <= 2, "{} connections", state.connections);
     until("the cursor reaches the last entry", async || {
         let mut client = client.clone();
         get(&mut client, subscription.subscription_id).await.cursor == last
@@ -564,4 +567,67 @@ async fn another_instance_takes_over_when_the_delivering_one_is_killed() {
         &range(subscription.cursor, last),
     );
     drop(second);
+}
+
+/// A day of failures makes a subscription FAILING (still tried, hourly), and a
+/// resume makes it ACTIVE again at once, its failures forgotten. The day is the
+/// database's: the run of failures is made to have begun 25 hours ago.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_day_of_failures_is_failing_and_a_resume_is_active_again() {
+    let db = TestDb::new();
+    let app = TestApp::spawn(&db).await;
+    let mut client = app.client().await;
+    let accounts = accounts(&mut client, 1, "a").await;
+    // Nothing listens on port 1: every delivery fails.
+    let created = client
+        .create_subscription(pb::CreateSubscriptionRequest {
+            idempotency_key: "sub".into(),
+            url: "http://127.0.0.1:1/hook".into(),
+            after_sequence: Some(0),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .subscription
+        .unwrap();
+    let id = created.subscription_id;
+    charges(&mut client, &accounts, 3, "c").await;
+    until("a failure is recorded", async || {
+        let mut client = client.clone();
+        !get(&mut client, id).await.last_error.is_empty()
+    })
+    .await;
+    db.sql()
+        .await
+        .query_drop(format!(
+            "UPDATE subscriptions SET failing_since = UTC_TIMESTAMP(6) - INTERVAL 25 HOUR, \
+             next_attempt_at = NULL WHERE subscription_id = {id}"
+        ))
+        .await
+        .unwrap();
+    // The next failure (the backoff is at most a few seconds yet) finds the run a day old.
+    until("the subscription is FAILING", async || {
+        let mut client = client.clone();
+        get(&mut client, id).await.state() == pb::SubscriptionState::Failing
+    })
+    .await;
+    let resumed = client
+        .resume_subscription(pb::SubscriptionRequest {
+            idempotency_key: "resume".into(),
+            subscription_id: id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resumed.state(), pb::SubscriptionState::Active);
+    assert!(resumed.last_error.is_empty(), "{resumed:?}");
+    // A failure after the resume starts a new run; the day-old one is gone.
+    let day_old: u64 = db
+        .count(&format!(
+            "SELECT COUNT(*) FROM subscriptions WHERE subscription_id = {id} \
+             AND failing_since < UTC_TIMESTAMP(6) - INTERVAL 1 HOUR"
+        ))
+        .await;
+    assert_eq!(day_old, 0, "the run of failures is forgotten");
 }

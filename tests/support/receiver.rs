@@ -119,6 +119,9 @@ impl std::fmt::Debug for Delivery {
 pub struct State {
     /// Every request that reached the handler, whatever it was answered.
     pub requests: u64,
+    /// Connections accepted: a sender that keeps its connections open makes
+    /// many requests on few.
+    pub connections: u64,
     /// Requests answered 400 for their signature.
     pub refused_signatures: u64,
     /// Requests answered 503 because no secret was set yet.
@@ -485,6 +488,7 @@ fn serve(listener: TcpListener, shared: &Arc<Shared>) -> Serving {
     let listener = Killable {
         listener,
         down: connections.clone(),
+        shared: Arc::clone(shared),
     };
     let task = tokio::spawn(async move {
         // Serves until aborted: its listener never ends.
@@ -627,6 +631,8 @@ fn sequences(body: &[u8]) -> Result<Vec<u64>, String> {
 struct Killable {
     listener: TcpListener,
     down: CancellationToken,
+    /// Where each accepted connection is counted.
+    shared: Arc<Shared>,
 }
 
 impl axum::serve::Listener for Killable {
@@ -637,6 +643,7 @@ impl axum::serve::Listener for Killable {
         loop {
             match self.listener.accept().await {
                 Ok((stream, addr)) => {
+                    self.shared.update(|inner| inner.state.connections += 1);
                     let down = Box::pin(self.down.clone().cancelled_owned());
                     return (Connection { stream, down }, addr);
                 }
