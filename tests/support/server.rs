@@ -89,12 +89,18 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Polls `met` until it holds; fails after 30 s, naming `what` never came. The
 /// suites wait for conditions, never for a time taken to be enough.
-pub async fn until(what: &str, mut met: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
+pub async fn until(what: &str, met: impl AsyncFnMut() -> bool) {
+    until_within(PATIENCE, what, met).await;
+}
+
+/// [`until`] with its own patience, for a condition that waits on something
+/// slower than this service, such as a cluster noticing that a node died.
+pub async fn until_within(patience: Duration, what: &str, mut met: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + patience;
     while !met().await {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "not within {PATIENCE:?}: {what}"
+            "not within {patience:?}: {what}"
         );
         tokio::time::sleep(POLL).await;
     }

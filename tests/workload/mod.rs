@@ -72,8 +72,13 @@ impl Counters {
     /// it was called: they are under way, or go on after a fault; fails after
     /// 30 s, saying `what` was awaited.
     pub async fn until_more(&self, what: &str) {
+        self.until_more_within(Duration::from_secs(30), what).await;
+    }
+
+    /// [`Self::until_more`], failing after `patience`.
+    pub async fn until_more_within(&self, patience: Duration, what: &str) {
         let from = self.ops.load(Ordering::Relaxed);
-        support::server::until(what, async || {
+        support::server::until_within(patience, what, async || {
             self.ops.load(Ordering::Relaxed) >= from + 200
         })
         .await;
