@@ -3,7 +3,7 @@
 //! never after it expires.
 
 use super::messages::{entry_message, hold_message};
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use super::parse::Violations;
 use crate::ledger::book::{Book, Posting, RowCounts};
 use crate::ledger::decline::{Decline, Refusal};
@@ -37,6 +37,7 @@ impl Operation for CaptureHold {
         Effect::ResolvedHold(HoldState::Captured),
         Effect::Entry(EntryKind::Capture),
     ];
+    const REVERSAL: Reversal = Reversal::Refused("a capture");
 
     fn parse(r: pb::CaptureHoldRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let mut check = Violations::default();

@@ -3,7 +3,7 @@
 
 use super::account_amount::AccountAmount;
 use super::messages::entry_message;
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use crate::ledger::book::Book;
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
@@ -20,6 +20,7 @@ impl Operation for Charge {
     type Output = Entry;
 
     const EFFECTS: &'static [Effect] = &[Effect::Entry(EntryKind::Charge)];
+    const REVERSAL: Reversal = Reversal::Refused("a charge");
 
     fn parse(r: pb::ChargeRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let (key, fields) = AccountAmount::parse(

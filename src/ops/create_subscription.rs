@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use super::parse::Violations;
 use super::subscription::{Definition, subscription_message};
 use crate::ledger::book::{Book, RowCounts};
@@ -31,6 +31,7 @@ impl Operation for CreateSubscription {
     type Output = SubscriptionRow;
 
     const EFFECTS: &'static [Effect] = &[Effect::CreatedSubscription];
+    const REVERSAL: Reversal = Reversal::Refused("a subscription's change");
 
     fn parse(
         r: pb::CreateSubscriptionRequest,

@@ -2,7 +2,7 @@
 
 use super::account_amount::AccountAmount;
 use super::messages::entry_message;
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use crate::ledger::book::Book;
 use crate::ledger::decline::Refusal;
 use crate::ledger::fingerprint::Fields;
@@ -19,6 +19,7 @@ impl Operation for Credit {
     type Output = Entry;
 
     const EFFECTS: &'static [Effect] = &[Effect::Entry(EntryKind::Credit)];
+    const REVERSAL: Reversal = Reversal::Allowed;
 
     fn parse(r: pb::CreditRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let (key, fields) = AccountAmount::parse(

@@ -1,7 +1,7 @@
 //! The keyed RPCs as the executor and the key rows know them: [`Method`], with
 //! its stored codes and the look-ups by method, generated from the registry.
 
-use super::operation::{Named, Operation, Registered, named};
+use super::operation::{Named, Operation, Registered, Reversal, named};
 use crate::ledger::{Effect, EntryKind};
 
 /// The `Method` enum and its look-ups, and each operation's place in it.
@@ -37,6 +37,13 @@ macro_rules! methods {
             pub fn entries_pattern(self) -> String {
                 match self {
                     $(Self::$op => <super::$rpc::$op as Operation>::entries_pattern(),)*
+                }
+            }
+
+            /// Whether `Reverse` may undo a success of it.
+            pub fn reversal(self) -> Reversal {
+                match self {
+                    $(Self::$op => <super::$rpc::$op as Operation>::REVERSAL,)*
                 }
             }
 

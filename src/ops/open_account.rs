@@ -3,7 +3,7 @@
 //! as its opening limits until its first change.
 
 use super::messages::account_message;
-use super::operation::{Named, Operation, lacks_a_field};
+use super::operation::{Named, Operation, Reversal, lacks_a_field};
 use super::parse::Violations;
 use crate::ledger::book::{Book, RowCounts};
 use crate::ledger::decline::Refusal;
@@ -26,6 +26,7 @@ impl Operation for OpenAccount {
     type Output = Account;
 
     const EFFECTS: &'static [Effect] = &[Effect::OpenedAccount];
+    const REVERSAL: Reversal = Reversal::Refused("an OpenAccount");
 
     fn parse(r: pb::OpenAccountRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let mut check = Violations::default();

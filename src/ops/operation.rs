@@ -15,6 +15,15 @@ pub trait Registered {
     const METHOD: Method;
 }
 
+/// Whether `Reverse` may undo an operation's success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reversal {
+    /// Its entries are reversed leg by leg.
+    Allowed,
+    /// Declined `NOT_REVERSIBLE`, naming what it was ("a charge").
+    Refused(&'static str),
+}
+
 /// A keyed operation: one validated request, and everything it means.
 pub trait Operation: Registered + std::fmt::Debug + Send + Sync + Sized + 'static {
     /// Its RPC's request and reply messages.
@@ -30,6 +39,9 @@ pub trait Operation: Registered + std::fmt::Debug + Send + Sync + Sized + 'stati
     /// Whether its entries repeat, in the order of `EFFECTS`, once per leg of the
     /// request (a post's legs), rather than once.
     const PER_LEG: bool = false;
+
+    /// Whether `Reverse` may undo a success of it (SPEC 3.12).
+    const REVERSAL: Reversal;
 
     /// The key and the validated operation, or every invalid field (SPEC 3.2
     /// step 1: nothing touches the database before this).

@@ -1,7 +1,7 @@
 //! PauseSubscription: stops delivering a subscription until it is resumed; its
 //! cursor keeps its place, so nothing is skipped.
 
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use super::subscription::{StateChange, subscription_message};
 use crate::ledger::book::Book;
 use crate::ledger::decline::Refusal;
@@ -18,6 +18,7 @@ impl Operation for PauseSubscription {
     type Output = SubscriptionRow;
 
     const EFFECTS: &'static [Effect] = &[];
+    const REVERSAL: Reversal = Reversal::Refused("a subscription's change");
 
     fn parse(r: pb::SubscriptionRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         StateChange::parse(r).map(|(key, change)| (key, Self(change)))

@@ -2,7 +2,7 @@
 //! voided, or its time runs out. `expires_at` is fixed by the database's clock.
 
 use super::messages::hold_message;
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use super::parse::Violations;
 use crate::ledger::book::{Book, NewHold, RowCounts};
 use crate::ledger::decline::Refusal;
@@ -28,6 +28,7 @@ impl Operation for PlaceHold {
     type Output = Hold;
 
     const EFFECTS: &'static [Effect] = &[Effect::PlacedHold];
+    const REVERSAL: Reversal = Reversal::Refused("a hold's placement");
 
     fn parse(r: pb::PlaceHoldRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let mut check = Violations::default();

@@ -7,7 +7,7 @@
 
 use super::transfer::{Moved, Transfer};
 use super::messages::entry_message;
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use super::parse::Violations;
 use crate::ledger::book::{Book, RowCounts};
 use crate::ledger::decline::Refusal;
@@ -51,6 +51,7 @@ impl Operation for Post {
         Effect::Entry(EntryKind::TransferIn),
     ];
     const PER_LEG: bool = true;
+    const REVERSAL: Reversal = Reversal::Allowed;
 
     fn parse(r: pb::PostRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let mut check = Violations::default();

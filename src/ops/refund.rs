@@ -2,7 +2,7 @@
 //! refunds of one entry never add up to more than its amount.
 
 use super::messages::entry_message;
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use super::parse::Violations;
 use crate::ledger::book::{Book, EntryRow, Posting, RowCounts};
 use crate::ledger::decline::{Decline, Refusal};
@@ -26,6 +26,7 @@ impl Operation for Refund {
     type Output = Entry;
 
     const EFFECTS: &'static [Effect] = &[Effect::Entry(EntryKind::Refund)];
+    const REVERSAL: Reversal = Reversal::Refused("a refund");
 
     fn parse(r: pb::RefundRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let mut check = Violations::default();

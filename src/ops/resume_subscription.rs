@@ -1,7 +1,7 @@
 //! ResumeSubscription: delivers a paused or failing subscription again, from its
 //! cursor, at once (a failing one's backoff is forgotten).
 
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use super::subscription::{StateChange, subscription_message};
 use crate::ledger::book::Book;
 use crate::ledger::decline::Refusal;
@@ -18,6 +18,7 @@ impl Operation for ResumeSubscription {
     type Output = SubscriptionRow;
 
     const EFFECTS: &'static [Effect] = &[];
+    const REVERSAL: Reversal = Reversal::Refused("a subscription's change");
 
     fn parse(r: pb::SubscriptionRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         StateChange::parse(r).map(|(key, change)| (key, Self(change)))

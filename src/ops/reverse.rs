@@ -15,7 +15,7 @@
 
 use super::messages::entry_message;
 use super::method::Method;
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use super::parse::Violations;
 use crate::ledger::book::{Book, Original, Posting, Record};
 use crate::ledger::decline::{Decline, Refusal};
@@ -54,6 +54,7 @@ impl Operation for Reverse {
         Effect::Entry(EntryKind::Charge),
     ];
     const PER_LEG: bool = true;
+    const REVERSAL: Reversal = Reversal::Refused("a reversal");
 
     fn parse(r: pb::ReverseRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let mut check = Violations::default();
@@ -231,22 +232,9 @@ fn legs(original: &Original) -> Result<Vec<Leg<'_>>, Refusal> {
         Record::Committed {
             succeeded: false, ..
         } => return Err(not_reversible("a declined call")),
-        Record::Committed { method, .. } => match Method::from_code(method) {
-            Some(Method::Transfer | Method::Post | Method::Credit) => {}
-            Some(Method::Reverse) => return Err(not_reversible("a reversal")),
-            Some(Method::Refund) => return Err(not_reversible("a refund")),
-            Some(Method::Charge) => return Err(not_reversible("a charge")),
-            Some(Method::CaptureHold) => return Err(not_reversible("a capture")),
-            Some(Method::OpenAccount) => return Err(not_reversible("an OpenAccount")),
-            Some(Method::PlaceHold) => return Err(not_reversible("a hold's placement")),
-            Some(Method::VoidHold) => return Err(not_reversible("a hold's void")),
-            Some(Method::SetLimits) => return Err(not_reversible("a SetLimits")),
-            Some(
-                Method::CreateSubscription
-                | Method::PauseSubscription
-                | Method::ResumeSubscription
-                | Method::DeleteSubscription,
-            ) => return Err(not_reversible("a subscription's change")),
+        Record::Committed { method, .. } => match Method::from_code(method).map(Method::reversal) {
+            Some(Reversal::Allowed) => {}
+            Some(Reversal::Refused(what)) => return Err(not_reversible(what)),
             None => return Err(Refusal::Internal(format!("a key row of method {method}"))),
         },
         // Its key row purged: the entries it left say what it was.

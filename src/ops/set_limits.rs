@@ -9,7 +9,7 @@
 //! see the new limits.
 
 use super::messages::{account_message, entry_message};
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use super::parse::Violations;
 use crate::ledger::book::{Book, RowCounts};
 use crate::ledger::decline::Refusal;
@@ -38,6 +38,7 @@ impl Operation for SetLimits {
     type Output = LimitsSet;
 
     const EFFECTS: &'static [Effect] = &[Effect::Entry(EntryKind::Limits)];
+    const REVERSAL: Reversal = Reversal::Refused("a SetLimits");
 
     fn parse(r: pb::SetLimitsRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let mut check = Violations::default();

@@ -3,7 +3,7 @@
 //! together. The sum of all balances does not change.
 
 use super::messages::entry_message;
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use super::parse::Violations;
 use crate::ledger::book::{Book, Posting, RowCounts};
 use crate::ledger::decline::Refusal;
@@ -92,6 +92,7 @@ impl Operation for Transfer {
         Effect::Entry(EntryKind::TransferOut),
         Effect::Entry(EntryKind::TransferIn),
     ];
+    const REVERSAL: Reversal = Reversal::Allowed;
 
     fn parse(r: pb::TransferRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let mut check = Violations::default();

@@ -1,7 +1,7 @@
 //! VoidHold: releases a held hold without taking anything.
 
 use super::messages::hold_message;
-use super::operation::{Named, Operation};
+use super::operation::{Named, Operation, Reversal};
 use super::parse::Violations;
 use crate::ledger::book::Book;
 use crate::ledger::decline::Refusal;
@@ -22,6 +22,7 @@ impl Operation for VoidHold {
     type Output = Hold;
 
     const EFFECTS: &'static [Effect] = &[Effect::ResolvedHold(HoldState::Voided)];
+    const REVERSAL: Reversal = Reversal::Refused("a hold's void");
 
     fn parse(r: pb::VoidHoldRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let mut check = Violations::default();
