@@ -2,14 +2,17 @@
 //! subscription is created with, its message, and the change of state that
 //! pause, resume and delete each make.
 
+use std::marker::PhantomData;
+
 use prost::Message as _;
 
+use super::operation::{Named, Operation, Registered, Reversal};
 use super::parse::Violations;
 use crate::ledger::book::Book;
 use crate::ledger::decline::{Decline, Refusal};
 use crate::ledger::fingerprint::Fields;
 use crate::ledger::{
-    AccountId, EntryKind, FieldViolation, IdempotencyKey, Metadata, Needs, SubscriptionId,
+    AccountId, Effect, EntryKind, FieldViolation, IdempotencyKey, Metadata, Needs, SubscriptionId,
     SubscriptionRow, SubscriptionState,
 };
 use crate::proto::pb;
@@ -155,46 +158,62 @@ fn state_message(state: SubscriptionState) -> pb::SubscriptionState {
     }
 }
 
-/// A change of one subscription's state, by id (pause, resume, delete).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateChange {
-    pub subscription_id: SubscriptionId,
+/// The state a [`StateChange`] moves its subscription to: what tells pause,
+/// resume and delete apart.
+pub trait Target: std::fmt::Debug + Send + Sync + 'static {
+    const STATE: SubscriptionState;
 }
 
-impl StateChange {
-    pub fn parse(
-        r: pb::SubscriptionRequest,
-    ) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
+/// A change of one subscription's state, by id: PauseSubscription,
+/// ResumeSubscription and DeleteSubscription, each a `Target`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateChange<T> {
+    pub subscription_id: SubscriptionId,
+    target: PhantomData<T>,
+}
+
+impl<T: Target> Operation for StateChange<T>
+where
+    Self: Registered,
+{
+    type Request = pb::SubscriptionRequest;
+    type Reply = pb::Subscription;
+    type Output = SubscriptionRow;
+
+    const EFFECTS: &'static [Effect] = &[];
+    const REVERSAL: Reversal = Reversal::Refused("a subscription's change");
+
+    fn parse(r: pb::SubscriptionRequest) -> Result<(IdempotencyKey, Self), Vec<FieldViolation>> {
         let mut check = Violations::default();
         let key = check.key(r.idempotency_key);
         let id = check.field(SubscriptionId::parse("subscription_id", r.subscription_id));
         let (Some(key), Some(subscription_id)) = (key, id) else {
             return Err(check.into_violations());
         };
-        Ok((key, Self { subscription_id }))
+        let change = Self {
+            subscription_id,
+            target: PhantomData,
+        };
+        Ok((key, change))
     }
 
-    pub fn fingerprint(&self, fields: &mut Fields) {
+    fn fingerprint(&self, fields: &mut Fields) {
         fields.u64(self.subscription_id.get());
     }
 
-    pub fn needs(&self) -> Needs {
+    fn needs(&self) -> Needs {
         Needs {
             subscriptions: vec![self.subscription_id],
             ..Needs::default()
         }
     }
 
-    /// Moves the subscription to `to`: a deleted one stays deleted (deleting it
-    /// again changes nothing; anything else is declined), and one already there
-    /// is left as it is.
-    pub fn decide(
-        &self,
-        book: &mut Book,
-        to: SubscriptionState,
-    ) -> Result<SubscriptionRow, Refusal> {
+    /// Moves the subscription to `T::STATE`: a deleted one stays deleted
+    /// (deleting it again changes nothing; anything else is declined), and one
+    /// already there is left as it is.
+    fn decide(&self, book: &mut Book) -> Result<SubscriptionRow, Refusal> {
         let row = book.subscription(self.subscription_id)?;
-        match (row.state, to) {
+        match (row.state, T::STATE) {
             (SubscriptionState::Deleted, SubscriptionState::Deleted) => Ok(row.clone()),
             (SubscriptionState::Deleted, _) => {
                 Err(Decline::subscription_deleted(self.subscription_id).into())
@@ -202,7 +221,15 @@ impl StateChange {
             (from, to) if from == to => Ok(row.clone()),
             // Pausing a failing subscription keeps it paused; resuming it is a
             // retry at once.
-            _ => book.set_subscription_state(self.subscription_id, to),
+            (_, to) => book.set_subscription_state(self.subscription_id, to),
         }
+    }
+
+    fn reply(row: &SubscriptionRow) -> pb::Subscription {
+        subscription_message(row)
+    }
+
+    fn named(_: pb::Subscription) -> Result<Named, String> {
+        Ok(Named::default())
     }
 }
