@@ -3,8 +3,8 @@
 //! HTTP client (connections reused, HTTP/1.1 keep-alive or HTTP/2), a 10 s
 //! timeout, no redirect followed, and the receiver's address checked first.
 
-use std::net::IpAddr;
-use std::sync::OnceLock;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use prost::Message as _;
@@ -41,12 +41,15 @@ impl Sender {
         // The process's TLS provider, as tonic's: ring. Installing it twice is
         // harmless (the first stays).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .timeout(TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
             .pool_idle_timeout(IDLE)
-            .user_agent(concat!("ledger/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+            .user_agent(concat!("ledger/", env!("CARGO_PKG_VERSION")));
+        if !allow_private {
+            http = http.dns_resolver(Arc::new(PublicOnly));
+        }
+        let http = http.build()?;
         Ok(Self {
             http,
             allow_private,
@@ -63,7 +66,7 @@ impl Sender {
         first: u64,
         last: u64,
     ) -> Outcome {
-        if let Err(why) = self.check_address(url).await {
+        if let Err(why) = self.check_address(url) {
             return Outcome::Failed(why);
         }
         let body = match body(entries) {
@@ -94,37 +97,51 @@ impl Sender {
         }
     }
 
-    /// Refuses a receiver on a loopback, private, link-local or unspecified
-    /// address unless the operator allows them (`--webhook-allow-private`).
-    async fn check_address(&self, url: &str) -> Result<(), String> {
+    /// Refuses a receiver at a loopback, private, link-local or unspecified
+    /// address unless the operator allows them (`--webhook-allow-private`). An
+    /// address in the url is checked here; a name, by [`PublicOnly`] as the
+    /// connection resolves it.
+    fn check_address(&self, url: &str) -> Result<(), String> {
         if self.allow_private {
             return Ok(());
         }
         let uri: http::Uri = url.parse().map_err(|_| format!("{url:?} is not a url"))?;
         let host = uri.host().unwrap_or_default().trim_matches(['[', ']']);
-        let port = uri
-            .port_u16()
-            .unwrap_or(if uri.scheme_str() == Some("https") {
-                443
-            } else {
-                80
-            });
-        let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
-            Ok(ip) => vec![ip],
-            Err(_) => tokio::net::lookup_host((host, port))
-                .await
-                .map_err(|e| format!("cannot resolve {host}: {e}"))?
-                .map(|a| a.ip())
-                .collect(),
-        };
-        match addresses.iter().find(|ip| is_private(**ip)) {
-            Some(ip) => Err(format!(
-                "the receiver's address {ip} is private or loopback; refused \
-                 (the operator allows these with --webhook-allow-private)"
-            )),
-            None => Ok(()),
+        match host.parse::<IpAddr>() {
+            Ok(ip) if is_private(ip) => Err(refused(ip)),
+            _ => Ok(()),
         }
     }
+}
+
+/// Resolves a receiver's name for its connection, and fails when any of its
+/// addresses is private: the connection goes to the addresses checked, so a name
+/// cannot answer a public address to a check and a private one to the request.
+struct PublicOnly;
+
+impl reqwest::dns::Resolve for PublicOnly {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addresses: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            if let Some(ip) = addresses
+                .iter()
+                .map(SocketAddr::ip)
+                .find(|ip| is_private(*ip))
+            {
+                return Err(refused(ip).into());
+            }
+            Ok(Box::new(addresses.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+fn refused(ip: IpAddr) -> String {
+    format!(
+        "the receiver's address {ip} is private or loopback; refused \
+         (the operator allows these with --webhook-allow-private)"
+    )
 }
 
 /// Whether an address is one a receiver may not have without the operator's

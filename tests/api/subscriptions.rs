@@ -494,6 +494,9 @@ async fn another_namespace_sees_none_of_them() {
     assert_eq!(listed.subscriptions.len(), 1);
 }
 
+/// A receiver at a loopback address, and one at a name that resolves to it
+/// (checked as the connection resolves it, so the name cannot answer otherwise
+/// to the check and to the request), are refused while the flag is off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_receiver_on_loopback_is_refused_unless_allowed() {
     let db = TestDb::new();
@@ -508,19 +511,24 @@ async fn a_receiver_on_loopback_is_refused_unless_allowed() {
     let mut client = app.client().await;
     let receiver = Receiver::start().await;
     let accounts = accounts(&mut client, 1, "a").await;
-    let subscription = subscribe(&mut client, &receiver, "sub", |_| {}).await;
+    let by_address = subscribe(&mut client, &receiver, "sub", |_| {}).await;
+    let by_name = subscribe(&mut client, &receiver, "sub-by-name", |r| {
+        r.url = r.url.replace("127.0.0.1", "localhost");
+    })
+    .await;
+    assert!(by_name.url.starts_with("http://localhost:"), "{by_name:?}");
     charges(&mut client, &accounts, 3, "c").await;
     number_entries(&db).await;
-    until("the refusal is shown", async || {
-        let mut client = client.clone();
-        {
+    for subscription in [by_address, by_name] {
+        until("the refusal is shown", async || {
+            let mut client = client.clone();
             get(&mut client, subscription.subscription_id)
                 .await
                 .last_error
                 .contains("--webhook-allow-private")
-        }
-    })
-    .await;
+        })
+        .await;
+    }
     assert_eq!(receiver.state().requests, 0, "nothing was sent");
 }
 
