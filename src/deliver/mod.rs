@@ -78,14 +78,26 @@ impl Deliverer {
         let mut next_poll = tokio::time::Instant::now();
         let mut moved_at = tokio::time::Instant::now();
         let lease_ms = u64::try_from(LEASE.as_millis()).unwrap_or(5000);
+        let mut failing = false;
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
                 _ = renew.tick() => {
                     let leases = match self.db.take_leases(&self.owner, lease_ms).await {
-                        Ok(leases) => leases,
+                        Ok(leases) => {
+                            if std::mem::take(&mut failing) {
+                                tracing::info!("subscription leases renewed again");
+                            }
+                            leases
+                        }
                         Err(e) => {
-                            tracing::warn!(error = %e, "renewing subscription leases failed");
+                            // Said once when it starts, not every RENEW while
+                            // the database is out of reach.
+                            if std::mem::replace(&mut failing, true) {
+                                tracing::debug!(error = %e, "renewing subscription leases failed");
+                            } else {
+                                tracing::warn!(error = %e, "renewing subscription leases failed");
+                            }
                             // The leases lapse: stop before another instance starts.
                             for (_, (_, cancel)) in running.drain() {
                                 cancel.cancel();
