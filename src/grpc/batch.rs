@@ -22,7 +22,7 @@ use super::status::report;
 use crate::call::Call;
 use crate::error::Error;
 use crate::ledger::{FieldViolation, IdempotencyKey, KeyedOutcome, ScopedKey};
-use crate::ops::{self, Operation};
+use crate::ops::{self, Operation, Registered};
 use crate::proto::pb::{self, batch_item, batch_result};
 use crate::telemetry::metrics;
 
@@ -41,7 +41,7 @@ pub(super) const LEAST_ITEM_BYTES: usize = 8;
 pub(super) const CHAINS_AT_ONCE: usize = 256;
 
 /// An operation whose reply a batch result carries.
-trait Batched: Operation {
+trait Batched: Operation + Registered {
     fn wrap(reply: Self::Reply) -> batch_result::Result;
 }
 

@@ -15,7 +15,7 @@ use crate::db::Persistence;
 use crate::error::Error;
 use crate::grpc::auth::Client;
 use crate::ledger::ScopedKey;
-use crate::ops::{self, Operation, entry_message};
+use crate::ops::{self, Operation, Registered, entry_message};
 use crate::proto::pb;
 use crate::proto::pb::ledger_server::Ledger;
 use crate::telemetry::metrics;
@@ -81,7 +81,7 @@ impl LedgerService {
     }
 
     /// Parses, runs and renders one keyed call of operation `O`.
-    async fn keyed<O: Operation>(
+    async fn keyed<O: Operation + Registered>(
         &self,
         request: Request<O::Request>,
     ) -> Result<Response<O::Reply>, Status> {

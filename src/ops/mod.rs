@@ -24,6 +24,7 @@
 //! - `subscription`: what the subscription operations share.
 
 pub(crate) mod account_amount;
+mod keyed;
 mod messages;
 mod method;
 mod operation;
@@ -32,10 +33,11 @@ pub(crate) mod subscription;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use keyed::{Command, Keyed};
 pub use messages::{account_message, entry_message, hold_message, limits_message, timestamp};
-pub use method::Method;
+pub use method::{Method, Registered};
 pub(crate) use operation::lacks_a_field;
-pub use operation::{Command, Keyed, Named, Operation, Registered};
+pub use operation::{Named, Operation};
 pub use parse::{Violations, single};
 
 /// Every keyed operation: its stored method code (kept with each key row: never

@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 
 use prost::Message as _;
 
-use super::operation::{Named, Operation, Registered, Reversal};
+use super::operation::{Named, Operation, Reversal};
 use super::parse::Violations;
 use crate::ledger::book::Book;
 use crate::ledger::decline::{Decline, Refusal};
@@ -172,10 +172,7 @@ pub struct StateChange<T> {
     target: PhantomData<T>,
 }
 
-impl<T: Target> Operation for StateChange<T>
-where
-    Self: Registered,
-{
+impl<T: Target> Operation for StateChange<T> {
     type Request = pb::SubscriptionRequest;
     type Reply = pb::Subscription;
     type Output = SubscriptionRow;
