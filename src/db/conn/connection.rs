@@ -11,6 +11,14 @@ use diesel::ConnectionError;
 use diesel_async::AsyncMysqlConnection;
 use mysql_async::{Opts, OptsBuilder};
 
+/// How much longer than its lock wait a statement may go unanswered before the
+/// database counts as silent. No statement of the service does work that takes
+/// seconds; only a lock wait does.
+pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(3);
+
+/// The longest a plain read may go unanswered: it takes no locks.
+pub(crate) const READ_BOUND: Duration = ANSWER_MARGIN;
+
 pub type Conn = AsyncMysqlConnection;
 
 /// TCP keepalive on every connection, so an idle connection to a vanished host is

@@ -18,9 +18,8 @@ use futures::FutureExt as _;
 use tokio::sync::watch;
 
 use super::cluster;
-use super::connection::{Conn, connect};
+use super::connection::{Conn, READ_BOUND, connect};
 use super::self_check::{self, Expect, Kind};
-use super::tx::READ_BOUND;
 
 type Manager = AsyncDieselConnectionManager<Conn>;
 pub type Pooled<'a> = bb8::PooledConnection<'a, Manager>;

@@ -15,17 +15,12 @@ use diesel::mysql::Mysql;
 use diesel::query_builder::{QueryFragment, QueryId};
 use diesel_async::{RunQueryDsl as _, SimpleAsyncConnection as _};
 
-use super::connection::{self, Conn};
+use super::connection::{self, ANSWER_MARGIN, Conn, READ_BOUND};
 use super::failure::{AttemptError, Failure, Step, StepError, classify};
 use super::pool::Pool;
 use super::sql::Sql;
 use crate::error::{Error, Recorded};
 use crate::telemetry::metrics;
-
-/// How much longer than its lock wait a statement may go unanswered before the
-/// database counts as silent. No statement of the service does work that takes
-/// seconds; only a lock wait does.
-pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(3);
 
 /// A final batch longer than this leaves its connection to be closed rather than
 /// pooled. A connection keeps buffers as large as the largest statement it sent
@@ -227,9 +222,6 @@ impl Drop for Tx<'_> {
         }
     }
 }
-
-/// The longest a plain read may go unanswered: it takes no locks.
-pub(crate) const READ_BOUND: Duration = ANSWER_MARGIN;
 
 tokio::task_local! {
     /// The deadline of the read call this task answers ([`within`]).
