@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Arg, ArgMatches, Args, FromArgMatches as _, ValueEnum};
+use clap::{Arg, ArgMatches, Args, FromArgMatches as _};
 use heck::ToKebabCase as _;
 use ledger_client::Watcher;
 use prost_reflect::{DynamicMessage, MethodDescriptor, ServiceDescriptor};
@@ -17,6 +17,7 @@ use prost_reflect::{DynamicMessage, MethodDescriptor, ServiceDescriptor};
 use crate::contract;
 use crate::flags;
 use crate::import;
+use crate::output::Output;
 
 /// Accepted before or after the subcommand.
 #[derive(Debug, Args)]
@@ -45,13 +46,6 @@ pub(crate) struct Global {
     /// reply as protobuf JSON, amounts in minor units).
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table, global = true)]
     pub(crate) output: Output,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Output {
-    Table,
-    Wide,
-    Json,
 }
 
 /// What the command line asks for.

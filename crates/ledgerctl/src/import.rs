@@ -15,9 +15,8 @@ use prost_reflect::{DynamicMessage, MessageDescriptor, ReflectMessage as _};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::cli::Output;
 use crate::contract::{self, KEY_FIELD};
-use crate::run::{FAILED, OK, TEMPFAIL, USAGE};
+use crate::output::{FAILED, OK, Output, TEMPFAIL, USAGE};
 
 /// The RPC whose subcommand takes `--file`.
 pub(crate) const PATH: &str = "/ledger.v1.Ledger/Batch";

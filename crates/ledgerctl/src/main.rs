@@ -14,7 +14,9 @@
 //! - `values`: a flag's text as a field's value;
 //! - `money`: which fields are amounts, in which currency, read and written
 //!   in the currency's units;
-//! - `run`: the call through the client, and the exit code;
+//! - `run`: the call through the client;
+//! - `import`: `batch --file`, lines of items sent as Batches, a result a line;
+//! - `output`: the output asked for, and the exit codes;
 //! - `render`: replies and declines as a table or protobuf JSON.
 
 mod cli;
@@ -22,6 +24,7 @@ mod contract;
 mod flags;
 mod import;
 mod money;
+mod output;
 mod render;
 mod run;
 mod values;
@@ -44,7 +47,7 @@ fn main() -> ExitCode {
         // USD): a usage error, as clap's own are.
         Err(e) => {
             eprintln!("ledgerctl: {e}");
-            return ExitCode::from(run::USAGE);
+            return ExitCode::from(output::USAGE);
         }
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -59,5 +62,5 @@ fn main() -> ExitCode {
 
 fn fail(error: &str) -> ExitCode {
     eprintln!("ledgerctl: {error}");
-    ExitCode::from(run::FAILED)
+    ExitCode::from(output::FAILED)
 }

@@ -21,9 +21,9 @@ use prost_reflect::{
 };
 use serde_json::{Map, Value as Json, json};
 
-use crate::cli::Output;
 use crate::contract;
 use crate::money;
+use crate::output::Output;
 use crate::values;
 
 /// The message that says what happened under a key: its stored reply is

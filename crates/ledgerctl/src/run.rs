@@ -11,16 +11,10 @@ use ledger_client::{Budget, Client, Error};
 use prost::Message as _;
 use prost_reflect::{DynamicMessage, MethodDescriptor, Value};
 
-use crate::cli::{Cli, Command, Global, Output};
+use crate::cli::{Cli, Command, Global};
 use crate::contract::{self, KEY_FIELD};
+use crate::output::{FAILED, OK, Output, TEMPFAIL};
 use crate::render;
-
-pub(crate) const OK: u8 = 0;
-pub(crate) const FAILED: u8 = 1;
-/// clap's code for a usage error: flags that make no request.
-pub(crate) const USAGE: u8 = 2;
-/// sysexits.h's EX_TEMPFAIL: try again later (with the printed key).
-pub(crate) const TEMPFAIL: u8 = 75;
 
 pub(crate) async fn run(cli: Cli, mut command_line: clap::Command) -> u8 {
     let Cli { global, command } = cli;
