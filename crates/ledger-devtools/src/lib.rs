@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod cpu;
+mod follow;
 pub mod managed;
 pub mod seed;
 pub mod status;

@@ -1,7 +1,7 @@
 //! `ledger bench --subscriptions N`: a receiver of the ledger's deliveries
 //! (SPEC 3.15) on a loopback port, subscribed `N` times, which verifies every
 //! signature and times each entry of a measured call from its reply to its
-//! arrival, as watcher 0 of `--watchers` does (`bench::Follow`).
+//! arrival, as watcher 0 of `--watchers` does (`follow::Follow`).
 //!
 //! Subscription 0 takes every entry after the run's start: its deliveries must
 //! come in contiguous sequences (a repeat, after a failure, is skipped), or the
@@ -25,7 +25,7 @@ use ledger_proto::pb;
 use ledger_proto::pb::ledger_client::LedgerClient;
 use ledger_proto::webhook::{SIGNATURE_HEADER, verify_signature};
 
-use crate::bench::Follow;
+use crate::follow::Follow;
 
 /// How far a signature's time may be from this clock.
 const TOLERANCE: Duration = Duration::from_secs(300);
