@@ -144,7 +144,7 @@ scenario "balance-shallow, 10 entries" "$conc" "$accounts" --scenario balance-sh
 # Subscriptions (SPEC 3.15): unique charges again without one, then with one whose
 # receiver (the bench's) times each entry from its call's reply.
 scenario "unique, no subscription" "$conc" "$accounts" --scenario unique >>"$results"
-scenario "unique, 1 subscription" "$conc" "$accounts" --scenario unique --subscriptions 1 >>"$results"
+scenario "unique, 1 subscription" "$conc" "$accounts" --scenario subscription >>"$results"
 idle_secs=10; $quick && idle_secs=1
 log "database CPU over $idle_secs s: no stream, then 64 idle streams"
 read -r idle_none idle_held <<<"$(idle_watchers_cpu 64 "$idle_secs" "$target" "$db_url" "$db_pid")"

@@ -27,7 +27,9 @@
 //!   against;
 //! - `search-wide`: SearchEntries of the first page (100 entries) of one pair
 //!   that `--search-matches` entries hold (`seed`): what a page costs as its
-//!   pair's matches grow.
+//!   pair's matches grow;
+//! - `subscription`: `unique`, with a subscription of a receiver the bench runs
+//!   (below) taking every entry.
 //!
 //! `--metadata N` tags every Charge with N pairs (its order id and N - 1 more).
 //!
@@ -100,6 +102,9 @@ pub enum Scenario {
     BalanceDeep,
     /// The same of an account of 10 entries.
     BalanceShallow,
+    /// `unique` with a subscription taking every entry (`--subscriptions`, at
+    /// least 1), its receiver timing the lag.
+    Subscription,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -290,7 +295,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         "--slow-watchers must leave at least one of the --watchers reading at speed"
     );
     anyhow::ensure!(
-        args.watchers == 0 || args.subscriptions == 0,
+        args.watchers == 0 || subscriptions(args) == 0,
         "--watchers and --subscriptions each measure the lag: choose one"
     );
     let channels = connect(args).await?;
@@ -303,7 +308,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         _ => Vec::new(),
     };
     let (seeded, points) = seed_reads(args, &channels, &accounts).await?;
-    let follow = match (args.watchers, args.subscriptions) {
+    let follow = match (args.watchers, subscriptions(args)) {
         (0, 0) => None,
         (0, _) => Some(Arc::new(Follow::new(1, 0)?)),
         (n, _) => Some(Arc::new(Follow::new(
@@ -487,6 +492,15 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Vec<Channel>> {
     Ok(channels)
 }
 
+/// The subscriptions to make: `--subscriptions`, at least one in the
+/// `subscription` scenario.
+fn subscriptions(args: &BenchArgs) -> u64 {
+    match args.scenario {
+        Scenario::Subscription => args.subscriptions.max(1),
+        _ => args.subscriptions,
+    }
+}
+
 /// What follows the run's entries: the `--watchers` streams, or the receiver of
 /// the `--subscriptions` with their ids.
 async fn followers(
@@ -496,12 +510,12 @@ async fn followers(
     run_id: &str,
 ) -> anyhow::Result<(Vec<tokio::task::JoinHandle<anyhow::Result<()>>>, Vec<u64>)> {
     match follow {
-        Some(follow) if args.subscriptions > 0 => {
+        Some(follow) if subscriptions(args) > 0 => {
             let after = highest_sequence(args).await?;
             let channel = channels.first().context("no connection")?.clone();
             let (task, ids) = crate::subscriber::subscribe(
                 channel,
-                args.subscriptions,
+                subscriptions(args),
                 after,
                 run_id,
                 follow.clone(),
@@ -783,7 +797,7 @@ async fn worker(
 
 fn choose(plan: &Plan) -> anyhow::Result<(Op, u64)> {
     Ok(match plan.scenario {
-        Scenario::Unique => (Op::Charge, 1),
+        Scenario::Unique | Scenario::Subscription => (Op::Charge, 1),
         Scenario::Replay => (Op::Replay, 1),
         Scenario::Storm => (Op::Charge, plan.duplicates),
         Scenario::Mixed => match rand::random_range(0..10) {
