@@ -96,8 +96,17 @@ pub async fn make_causal(conn: &mut Conn) -> diesel::QueryResult<Engine> {
     Ok(engine)
 }
 
+/// Galera's `wsrep_local_state` of a node synced with its cluster, and of one
+/// sending a joiner what it missed (still applying every write set in order).
+const SYNCED: &str = "4";
+const DONOR: &str = "2";
+
 /// Whether the node behind `conn` can take writes its cluster keeps, as it sees
-/// its cluster now: a Galera node that is ready and in the primary component;
+/// its cluster now: a Galera node that is ready, in the primary component, and
+/// synced with it (or its donor: `wsrep_local_state` 4 or 2), not one that
+/// rejoined and is still applying what it missed (Joining, Joined), whose reads
+/// may not show what the cluster committed meanwhile even under
+/// `wsrep_sync_wait`;
 /// a Group Replication member that is ONLINE and sees a majority of the group's
 /// members ONLINE. A node cut off from the others fails this within seconds,
 /// while it still accepts connections (Galera: non-primary, refusing statements
@@ -109,7 +118,8 @@ pub async fn takes_writes(conn: &mut Conn, engine: Engine) -> diesel::QueryResul
         Engine::Single => Ok(true),
         Engine::Galera => {
             let status: Vec<Variable> = diesel::sql_query(
-                "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_cluster_status')",
+                "SHOW GLOBAL STATUS WHERE Variable_name IN \
+                 ('wsrep_ready', 'wsrep_cluster_status', 'wsrep_local_state')",
             )
             .load(conn)
             .await?;
@@ -118,7 +128,9 @@ pub async fn takes_writes(conn: &mut Conn, engine: Engine) -> diesel::QueryResul
                     .iter()
                     .any(|v| v.name == name && v.value.eq_ignore_ascii_case(want))
             };
-            Ok(is("wsrep_ready", "ON") && is("wsrep_cluster_status", "Primary"))
+            Ok(is("wsrep_ready", "ON")
+                && is("wsrep_cluster_status", "Primary")
+                && (is("wsrep_local_state", SYNCED) || is("wsrep_local_state", DONOR)))
         }
         Engine::GroupReplication => {
             #[derive(QueryableByName)]
